@@ -1,0 +1,261 @@
+#include "planner/hardware_profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/json_read.h"
+#include "planner/user_error.h"
+
+#ifndef LLMPLAN_SOURCE_PROFILES_DIR
+#define LLMPLAN_SOURCE_PROFILES_DIR "profiles"
+#endif
+
+namespace llmplan {
+
+std::string CollectiveOpName(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllGather: return "all_gather";
+    case CollectiveOp::kReduceScatter: return "reduce_scatter";
+    case CollectiveOp::kAllReduce: return "all_reduce";
+  }
+  return "?";
+}
+
+const CollectiveCurve& LinkCollectives::For(CollectiveOp op) const {
+  switch (op) {
+    case CollectiveOp::kAllGather: return all_gather;
+    case CollectiveOp::kReduceScatter: return reduce_scatter;
+    case CollectiveOp::kAllReduce: return all_reduce;
+  }
+  return all_reduce;
+}
+
+namespace {
+
+// Fraction of the full buffer each rank sends in a ring algorithm.
+double RingTrafficFactor(CollectiveOp op, int n) {
+  double f = static_cast<double>(n - 1) / n;
+  return op == CollectiveOp::kAllReduce ? 2.0 * f : f;
+}
+
+// Bus bandwidth (NCCL's definition: bytes * traffic factor / time) of the
+// curve at `bytes`, interpolated linearly in log(bytes) between measured points
+// and held constant outside them.
+double BusBandwidth(const CollectiveCurve& c, CollectiveOp op, double bytes) {
+  const auto& pts = c.points;
+  double f = RingTrafficFactor(op, c.measured_group_size);
+  auto bw = [&](size_t i) { return pts[i].first * f / pts[i].second; };
+  if (bytes <= pts.front().first) return bw(0);
+  if (bytes >= pts.back().first) return bw(pts.size() - 1);
+  size_t hi = 1;
+  while (pts[hi].first < bytes) ++hi;
+  double x0 = std::log(pts[hi - 1].first), x1 = std::log(pts[hi].first);
+  double t = (std::log(bytes) - x0) / (x1 - x0);
+  return bw(hi - 1) * (1 - t) + bw(hi) * t;
+}
+
+}  // namespace
+
+double HardwareProfile::CollectiveSeconds(CollectiveOp op, double bytes, int group_size, bool spans_nodes) const {
+  if (group_size <= 1 || bytes <= 0) return 0.0;
+  const CollectiveCurve& c = (spans_nodes ? inter_node : intra_node).For(op);
+  // Small messages are latency bound: the smallest measured point's time is the
+  // floor at the measured group size; each extra hop adds hop latency.
+  double seconds = bytes * RingTrafficFactor(op, group_size) / BusBandwidth(c, op, bytes);
+  double floor = c.points.front().second + c.hop_latency_s * std::max(0, group_size - c.measured_group_size);
+  if (op == CollectiveOp::kAllReduce) floor += c.hop_latency_s * std::max(0, group_size - c.measured_group_size);
+  return std::max(seconds, floor);
+}
+
+double HardwareProfile::GemmFlopsPerSecond(double m, double n, double k) const {
+  double d = std::max(1.0, std::min({m, n, k}));
+  return bf16_peak_flops * gemm_max_efficiency * d / (d + gemm_half_efficiency_dim);
+}
+
+double HardwareProfile::AllocatorCapacityBytes() const {
+  return memory_bytes * usable_fraction - cuda_context_bytes;
+}
+
+void HardwareProfile::Validate() const {
+  auto positive = [&](double v, const char* field) {
+    if (!(v > 0) || !std::isfinite(v))
+      throw UserError("profile " + name + ": " + field + " must be a positive number");
+  };
+  positive(memory_bytes, "memory.capacity_bytes");
+  positive(bf16_peak_flops, "compute.bf16_peak_flops");
+  positive(attention_forward_flops_per_s, "compute.attention.forward_flops_per_s");
+  positive(attention_backward_flops_per_s, "compute.attention.backward_flops_per_s");
+  positive(memory_bandwidth_bytes_per_s, "compute.memory_bandwidth_bytes_per_s");
+  positive(host_memory_bytes, "host.memory_bytes_per_gpu");
+  positive(host_to_device_bytes_per_s, "host.host_to_device_bytes_per_s");
+  positive(device_to_host_bytes_per_s, "host.device_to_host_bytes_per_s");
+  positive(cpu_adam_params_per_s, "host.cpu_adam_params_per_s");
+  if (AllocatorCapacityBytes() <= 0)
+    throw UserError("profile " + name + ": cuda_context_bytes leaves no usable device memory");
+  if (gpus_per_node < 1) throw UserError("profile " + name + ": topology.gpus_per_node must be at least 1");
+}
+
+namespace {
+
+CollectiveCurve ParseCurve(const JsonObject& link, const std::string& key, int group_size, double hop_latency) {
+  CollectiveCurve c;
+  c.measured_group_size = group_size;
+  c.hop_latency_s = hop_latency;
+  const nlohmann::json& arr = link.Raw(key);
+  if (!arr.is_array() || arr.empty() || arr.size() > 1000)
+    link.Fail(key, "must be a non-empty list of [bytes, seconds] pairs");
+  for (const auto& pt : arr) {
+    if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number())
+      link.Fail(key, "must hold [bytes, seconds] pairs of numbers");
+    double b = pt[0].get<double>(), s = pt[1].get<double>();
+    if (!(b > 0) || !(s > 0) || !std::isfinite(b) || !std::isfinite(s))
+      link.Fail(key, "has a non-positive bytes or seconds value");
+    c.points.emplace_back(b, s);
+  }
+  std::sort(c.points.begin(), c.points.end());
+  for (size_t i = 1; i < c.points.size(); ++i)
+    if (c.points[i].first == c.points[i - 1].first) link.Fail(key, "lists the same size twice");
+  return c;
+}
+
+LinkCollectives ParseLink(const JsonObject& collectives, const std::string& key) {
+  JsonObject link = collectives.Object(key);
+  int n = static_cast<int>(link.Integer("group_size", 2, 1 << 20));
+  double hop = link.NumberIn("hop_latency_s", 0, 1, 5e-6);
+  LinkCollectives l;
+  l.all_gather = ParseCurve(link, "all_gather", n, hop);
+  l.reduce_scatter = ParseCurve(link, "reduce_scatter", n, hop);
+  l.all_reduce = ParseCurve(link, "all_reduce", n, hop);
+  return l;
+}
+
+nlohmann::json CurveToJson(const CollectiveCurve& c) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& [b, s] : c.points) arr.push_back({b, s});
+  return arr;
+}
+
+nlohmann::json LinkToJson(const LinkCollectives& l) {
+  return {{"group_size", l.all_gather.measured_group_size},
+          {"hop_latency_s", l.all_gather.hop_latency_s},
+          {"all_gather", CurveToJson(l.all_gather)},
+          {"reduce_scatter", CurveToJson(l.reduce_scatter)},
+          {"all_reduce", CurveToJson(l.all_reduce)}};
+}
+
+}  // namespace
+
+HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::string& context) {
+  JsonObject root(j, context);
+  HardwareProfile p;
+  p.name = root.String("name");
+  p.source = root.String("source");
+  p.device_kind = root.String("device_kind", "cuda");
+  if (p.device_kind != "cuda" && p.device_kind != "cpu") root.Fail("device_kind", "must be \"cuda\" or \"cpu\"");
+  constexpr double kMaxBytes = 1e15, kMaxRate = 1e18;
+
+  JsonObject mem = root.Object("memory");
+  p.memory_bytes = mem.NumberIn("capacity_bytes", 1, kMaxBytes);
+  p.cuda_context_bytes = mem.NumberIn("cuda_context_bytes", 0, kMaxBytes, 0);
+  p.workspace_bytes = mem.NumberIn("workspace_bytes", 0, kMaxBytes, 0);
+  p.collective_buffer_bytes = mem.NumberIn("collective_buffer_bytes", 0, kMaxBytes, 0);
+  p.fragmentation = mem.NumberIn("fragmentation", 0, 10, 0.25);
+  p.usable_fraction = mem.NumberIn("usable_fraction", 0.1, 1.0, 0.95);
+
+  JsonObject compute = root.Object("compute");
+  p.bf16_peak_flops = compute.NumberIn("bf16_peak_flops", 1, kMaxRate);
+  JsonObject gemm = compute.Object("gemm");
+  p.gemm_max_efficiency = gemm.NumberIn("max_efficiency", 0.01, 1.0);
+  p.gemm_half_efficiency_dim = gemm.NumberIn("half_efficiency_dim", 0, 1e6);
+  JsonObject attn = compute.Object("attention");
+  p.attention_forward_flops_per_s = attn.NumberIn("forward_flops_per_s", 1, kMaxRate);
+  p.attention_backward_flops_per_s = attn.NumberIn("backward_flops_per_s", 1, kMaxRate);
+  p.memory_bandwidth_bytes_per_s = compute.NumberIn("memory_bandwidth_bytes_per_s", 1, kMaxRate);
+  p.elementwise_efficiency = compute.NumberIn("elementwise_efficiency", 0.01, 1.0, 0.7);
+  p.kernel_launch_s = compute.NumberIn("kernel_launch_s", 0, 1, 4e-6);
+  p.compute_slowdown_during_collectives = compute.NumberIn("slowdown_during_collectives", 0, 10, 0.08);
+
+  JsonObject host = root.Object("host");
+  p.host_memory_bytes = host.NumberIn("memory_bytes_per_gpu", 1, kMaxBytes);
+  p.host_to_device_bytes_per_s = host.NumberIn("host_to_device_bytes_per_s", 1, kMaxRate);
+  p.device_to_host_bytes_per_s = host.NumberIn("device_to_host_bytes_per_s", 1, kMaxRate);
+  p.copies_share_link = host.Bool("copies_share_link", false);
+  p.cpu_adam_params_per_s = host.NumberIn("cpu_adam_params_per_s", 1, kMaxRate);
+
+  JsonObject topo = root.Object("topology");
+  p.gpus_per_node = static_cast<int>(topo.Integer("gpus_per_node", 1, 1024));
+
+  JsonObject coll = root.Object("collectives");
+  p.intra_node = ParseLink(coll, "intra_node");
+  p.inter_node = ParseLink(coll, "inter_node");
+  p.price_per_gpu_hour = root.NumberIn("price_per_gpu_hour", 0, 1e6, 0);
+  p.Validate();
+  return p;
+}
+
+nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
+  return {{"name", p.name},
+          {"source", p.source},
+          {"device_kind", p.device_kind},
+          {"memory",
+           {{"capacity_bytes", p.memory_bytes},
+            {"cuda_context_bytes", p.cuda_context_bytes},
+            {"workspace_bytes", p.workspace_bytes},
+            {"collective_buffer_bytes", p.collective_buffer_bytes},
+            {"fragmentation", p.fragmentation},
+            {"usable_fraction", p.usable_fraction}}},
+          {"compute",
+           {{"bf16_peak_flops", p.bf16_peak_flops},
+            {"gemm", {{"max_efficiency", p.gemm_max_efficiency}, {"half_efficiency_dim", p.gemm_half_efficiency_dim}}},
+            {"attention",
+             {{"forward_flops_per_s", p.attention_forward_flops_per_s},
+              {"backward_flops_per_s", p.attention_backward_flops_per_s}}},
+            {"memory_bandwidth_bytes_per_s", p.memory_bandwidth_bytes_per_s},
+            {"elementwise_efficiency", p.elementwise_efficiency},
+            {"kernel_launch_s", p.kernel_launch_s},
+            {"slowdown_during_collectives", p.compute_slowdown_during_collectives}}},
+          {"host",
+           {{"memory_bytes_per_gpu", p.host_memory_bytes},
+            {"host_to_device_bytes_per_s", p.host_to_device_bytes_per_s},
+            {"device_to_host_bytes_per_s", p.device_to_host_bytes_per_s},
+            {"copies_share_link", p.copies_share_link},
+            {"cpu_adam_params_per_s", p.cpu_adam_params_per_s}}},
+          {"topology", {{"gpus_per_node", p.gpus_per_node}}},
+          {"collectives", {{"intra_node", LinkToJson(p.intra_node)}, {"inter_node", LinkToJson(p.inter_node)}}},
+          {"price_per_gpu_hour", p.price_per_gpu_hour}};
+}
+
+std::string ProfilesDirectory() {
+  if (const char* env = std::getenv("LLMPLAN_PROFILES"); env && *env) return env;
+  return LLMPLAN_SOURCE_PROFILES_DIR;
+}
+
+std::vector<std::string> BuiltinProfileNames() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(ProfilesDirectory(), ec)) {
+    if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+HardwareProfile LoadHardwareProfile(const std::string& name_or_path) {
+  if (name_or_path.empty()) throw UserError("--gpu is empty: give a profile name or a path to a profile JSON");
+  std::error_code ec;
+  std::filesystem::path path(name_or_path);
+  bool looks_like_path = name_or_path.find('/') != std::string::npos || path.extension() == ".json";
+  if (!looks_like_path) path = std::filesystem::path(ProfilesDirectory()) / (name_or_path + ".json");
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    if (looks_like_path) throw UserError("profile '" + name_or_path + "' does not exist; check the path");
+    std::string known;
+    for (const auto& n : BuiltinProfileNames()) known += (known.empty() ? "" : ", ") + n;
+    throw UserError("unknown GPU profile '" + name_or_path + "': give one of " + known + ", or a path to a profile JSON");
+  }
+  return HardwareProfileFromJson(ReadJsonFile(path.string(), "profile"), "profile " + path.filename().string());
+}
+
+}  // namespace llmplan

@@ -1,0 +1,110 @@
+// HardwareProfile: what one kind of accelerator (or the CPU) can do, as the
+// cost and memory models need it. Loaded from profiles/<name>.json; each file
+// says in "source" whether its numbers were measured (where, when, how) or
+// derived from a datasheet. The schema is documented in profiles/README.md.
+//
+// All rates are *achieved* rates, not peaks, except bf16_peak_flops which is the
+// datasheet peak that MFU is quoted against.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace llmplan {
+
+enum class CollectiveOp { kAllGather, kReduceScatter, kAllReduce };
+std::string CollectiveOpName(CollectiveOp op);
+
+// Measured times of one collective at one group size, on one kind of link.
+// Other group sizes follow the ring model: the bytes each GPU moves grow as
+// (n-1)/n (2(n-1)/n for all-reduce) and latency grows with the ring's hops.
+struct CollectiveCurve {
+  int measured_group_size = 2;
+  // (buffer bytes = the full, unsharded buffer; seconds), sorted by bytes.
+  std::vector<std::pair<double, double>> points;
+  double hop_latency_s = 5e-6;  // added per extra ring hop beyond the measured group
+};
+
+struct LinkCollectives {
+  CollectiveCurve all_gather, reduce_scatter, all_reduce;
+  const CollectiveCurve& For(CollectiveOp op) const;
+};
+
+struct HardwareProfile {
+  std::string name;
+  std::string source;       // "measured ..." or "datasheet ..."
+  std::string device_kind;  // "cuda" or "cpu"
+
+  // --- device memory ---
+  double memory_bytes = 0;             // what the device reports
+  double cuda_context_bytes = 0;       // CUDA context + kernels, outside the caching allocator
+  double workspace_bytes = 0;          // cuBLAS/cuDNN workspaces
+  double collective_buffer_bytes = 0;  // NCCL channel buffers per communicator
+  // Reserved-minus-allocated as a fraction of the allocator's peak churning
+  // (non-persistent) allocations: the caching allocator's fragmentation.
+  double fragmentation = 0.25;
+  // Fraction of memory_bytes the planner lets a plan reserve (headroom for spikes).
+  double usable_fraction = 0.95;
+
+  // --- compute ---
+  double bf16_peak_flops = 0;     // datasheet dense bf16 (MFU denominator)
+  double gemm_max_efficiency = 0.8;  // achieved/peak for very large GEMMs
+  // GEMM efficiency = max * d/(d + half), d = the smallest of m, n, k.
+  double gemm_half_efficiency_dim = 300;
+  // Causal attention, FLOPs counted with the causal half removed
+  // (forward 2*b*s^2*h*d... see cost_model.cc); backward does 2.5x forward's FLOPs.
+  double attention_forward_flops_per_s = 0;
+  double attention_backward_flops_per_s = 0;
+  double memory_bandwidth_bytes_per_s = 0;  // achieved, read+write
+  double elementwise_efficiency = 0.7;      // fraction of memory bandwidth elementwise kernels reach
+  double kernel_launch_s = 4e-6;            // host cost of one launch, hidden unless work is tiny
+  // Compute slows by this fraction while a collective runs beside it (SMs and
+  // HBM shared with NCCL's kernels).
+  double compute_slowdown_during_collectives = 0.08;
+
+  // --- host ---
+  double host_memory_bytes = 0;
+  double host_to_device_bytes_per_s = 0;  // pinned
+  double device_to_host_bytes_per_s = 0;  // pinned
+  // True when both copy directions share one link's bandwidth (e.g. PCIe
+  // switch shared); false when they are full duplex.
+  bool copies_share_link = false;
+  double cpu_adam_params_per_s = 0;  // vectorised, multi-threaded CPU AdamW
+
+  // --- topology ---
+  int gpus_per_node = 8;  // one NVLink domain per node
+  LinkCollectives intra_node;
+  LinkCollectives inter_node;
+
+  double price_per_gpu_hour = 0;  // USD, for cost estimates; 0 = unknown
+
+  // Seconds for `op` over a buffer of `bytes` (the full, unsharded size)
+  // among `group_size` ranks. `spans_nodes` picks the inter-node curve.
+  // REQUIRES: group_size >= 1. Returns 0 when group_size == 1.
+  double CollectiveSeconds(CollectiveOp op, double bytes, int group_size, bool spans_nodes) const;
+
+  // Achieved FLOP/s of a bf16 GEMM of shape m x n x k.
+  double GemmFlopsPerSecond(double m, double n, double k) const;
+
+  // Device bytes a plan may use for the caching allocator's reserved memory.
+  double AllocatorCapacityBytes() const;
+
+  void Validate() const;  // throws UserError naming a bad field
+};
+
+// Directory of the built-in profiles (the source tree's profiles/, or
+// $LLMPLAN_PROFILES when set).
+std::string ProfilesDirectory();
+std::vector<std::string> BuiltinProfileNames();
+
+// `name_or_path` is a built-in profile name or a path to a profile JSON.
+// Throws UserError for an unknown name, unreadable file or invalid field.
+HardwareProfile LoadHardwareProfile(const std::string& name_or_path);
+HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::string& context);
+nlohmann::json HardwareProfileToJson(const HardwareProfile& p);
+
+}  // namespace llmplan

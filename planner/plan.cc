@@ -1,0 +1,259 @@
+#include "planner/plan.h"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/json_read.h"
+#include "planner/user_error.h"
+
+namespace llmplan {
+
+std::string StrategyName(ShardingStrategy s) {
+  switch (s) {
+    case ShardingStrategy::kFullShard: return "full_shard";
+    case ShardingStrategy::kShardGradOp: return "shard_grad_op";
+    case ShardingStrategy::kNoShard: return "no_shard";
+    case ShardingStrategy::kHybridShard: return "hybrid_shard";
+  }
+  return "?";
+}
+
+ShardingStrategy ParseStrategy(const std::string& name) {
+  for (auto s : {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp, ShardingStrategy::kNoShard,
+                 ShardingStrategy::kHybridShard})
+    if (StrategyName(s) == name) return s;
+  throw UserError("unknown strategy '" + name + "': use full_shard, shard_grad_op, no_shard or hybrid_shard");
+}
+
+std::string OffloadName(Offload o) {
+  switch (o) {
+    case Offload::kNone: return "none";
+    case Offload::kOptimizer: return "optimizer";
+    case Offload::kParams: return "params";
+    case Offload::kOptimizerAndParams: return "optimizer+params";
+  }
+  return "?";
+}
+
+Offload ParseOffload(const std::string& name) {
+  for (auto o : {Offload::kNone, Offload::kOptimizer, Offload::kParams, Offload::kOptimizerAndParams})
+    if (OffloadName(o) == name) return o;
+  if (name == "params+optimizer") return Offload::kOptimizerAndParams;
+  throw UserError("unknown offload '" + name + "': use none, optimizer, params or optimizer+params");
+}
+
+bool OffloadsOptimizer(Offload o) { return o == Offload::kOptimizer || o == Offload::kOptimizerAndParams; }
+bool OffloadsParams(Offload o) { return o == Offload::kParams || o == Offload::kOptimizerAndParams; }
+
+std::string DTypeName(DType d) { return d == DType::kBF16 ? "bf16" : "fp32"; }
+DType ParseDType(const std::string& name) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "fp32") return DType::kFP32;
+  throw UserError("unknown dtype '" + name + "': use bf16 or fp32");
+}
+int DTypeBytes(DType d) { return d == DType::kBF16 ? 2 : 4; }
+
+bool Plan::IsCheckpointed(int layer) const {
+  return std::binary_search(checkpoint_layers.begin(), checkpoint_layers.end(), layer);
+}
+
+void NormaliseGrouping(Plan& plan) {
+  switch (plan.strategy) {
+    case ShardingStrategy::kFullShard:
+    case ShardingStrategy::kShardGradOp: plan.shard_group_size = plan.gpus; break;
+    case ShardingStrategy::kNoShard: plan.shard_group_size = 1; break;
+    case ShardingStrategy::kHybridShard:
+      if (plan.shard_group_size <= 0) plan.shard_group_size = std::min(plan.gpus, plan.gpus_per_node);
+      break;
+  }
+}
+
+void Plan::Validate() const {
+  model.Validate();
+  auto fail = [](const std::string& m) { throw UserError("plan: " + m); };
+  if (gpus < 1 || gpus > (1 << 20)) fail("gpus must be between 1 and 1048576");
+  if (gpus_per_node < 1) fail("gpus_per_node must be at least 1");
+  if (shard_group_size < 1 || gpus % shard_group_size != 0)
+    fail("shard_group_size (" + std::to_string(shard_group_size) + ") must divide gpus (" + std::to_string(gpus) + ")");
+  if (strategy == ShardingStrategy::kHybridShard && (shard_group_size == 1 || shard_group_size == gpus) && gpus > 1)
+    fail("hybrid_shard needs 1 < shard_group_size < gpus; use full_shard or no_shard otherwise");
+  if (seq_len < 1 || seq_len > (int64_t{1} << 22)) fail("seq_len must be between 1 and 4194304");
+  if (micro_batch < 1 || micro_batch > 65536) fail("micro_batch must be between 1 and 65536");
+  if (grad_accum < 1 || grad_accum > 65536) fail("grad_accum must be between 1 and 65536");
+  if (prefetch_depth < 0 || prefetch_depth > 8) fail("prefetch_depth must be between 0 and 8");
+  if (loss_chunk_tokens < 1) fail("loss_chunk_tokens must be positive");
+  for (size_t i = 0; i < checkpoint_layers.size(); ++i) {
+    int l = checkpoint_layers[i];
+    if (l < 0 || l >= model.layers)
+      fail("checkpoint layer " + std::to_string(l) + " is outside 0.." + std::to_string(model.layers - 1));
+    if (i > 0 && checkpoint_layers[i - 1] >= l) fail("checkpoint_layers must be sorted and distinct");
+  }
+  const auto& o = optimizer;
+  if (!(o.lr >= 0 && o.lr < 10)) fail("optimizer.lr must be in [0, 10)");
+  if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1)) fail("optimizer betas must be in [0, 1)");
+  if (!(o.eps > 0)) fail("optimizer.eps must be positive");
+  if (!(o.weight_decay >= 0)) fail("optimizer.weight_decay must be non-negative");
+  if (!(o.grad_clip >= 0)) fail("optimizer.grad_clip must be non-negative (0 disables)");
+  if (!(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1)) fail("optimizer.min_lr_ratio must be in [0, 1]");
+  if (o.warmup_steps < 0 || o.decay_steps < 0) fail("optimizer warmup/decay steps must be non-negative");
+}
+
+std::vector<int> ParseLayerList(const std::string& text, int64_t layers) {
+  std::vector<int> out;
+  if (text == "none" || text.empty()) return out;
+  if (text == "all") {
+    for (int i = 0; i < layers; ++i) out.push_back(i);
+    return out;
+  }
+  std::set<int> chosen;
+  std::stringstream ss(text);
+  std::string item;
+  auto parse_int = [&](const std::string& s) -> int {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+      throw UserError("--checkpoint-layers: '" + text + "' is not 'none', 'all' or a list like 0,3-5");
+    return std::stoi(s);
+  };
+  while (std::getline(ss, item, ',')) {
+    auto dash = item.find('-');
+    int lo, hi;
+    if (dash == std::string::npos) {
+      lo = hi = parse_int(item);
+    } else {
+      lo = parse_int(item.substr(0, dash));
+      hi = parse_int(item.substr(dash + 1));
+    }
+    if (lo > hi) throw UserError("--checkpoint-layers: range " + item + " runs backwards");
+    if (hi >= layers)
+      throw UserError("--checkpoint-layers: layer " + std::to_string(hi) + " does not exist; the model has layers 0.." +
+                      std::to_string(layers - 1));
+    for (int i = lo; i <= hi; ++i) chosen.insert(i);
+  }
+  return {chosen.begin(), chosen.end()};
+}
+
+std::string FormatLayerList(const std::vector<int>& layers) {
+  if (layers.empty()) return "none";
+  std::string out;
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i;
+    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(layers[i]);
+    if (j > i) {
+      out += '-';
+      out += std::to_string(layers[j]);
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+nlohmann::json PlanToJson(const Plan& p) {
+  const auto& o = p.optimizer;
+  return {{"format", "llmplan-plan-1"},
+          {"model", ModelSpecToJson(p.model)},
+          {"profile", p.profile},
+          {"gpus", p.gpus},
+          {"gpus_per_node", p.gpus_per_node},
+          {"shard_group_size", p.shard_group_size},
+          {"seq_len", p.seq_len},
+          {"micro_batch", p.micro_batch},
+          {"grad_accum", p.grad_accum},
+          {"global_batch", p.GlobalBatch()},
+          {"strategy", StrategyName(p.strategy)},
+          {"offload", OffloadName(p.offload)},
+          {"checkpoint_layers", p.checkpoint_layers},
+          {"prefetch_depth", p.prefetch_depth},
+          {"loss_chunk_tokens", p.loss_chunk_tokens},
+          {"param_dtype", DTypeName(p.param_dtype)},
+          {"reduce_dtype", DTypeName(p.reduce_dtype)},
+          {"seed", p.seed},
+          {"optimizer",
+           {{"lr", o.lr},
+            {"min_lr_ratio", o.min_lr_ratio},
+            {"warmup_steps", o.warmup_steps},
+            {"decay_steps", o.decay_steps},
+            {"beta1", o.beta1},
+            {"beta2", o.beta2},
+            {"eps", o.eps},
+            {"weight_decay", o.weight_decay},
+            {"grad_clip", o.grad_clip}}}};
+}
+
+Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
+  // Accept the output of `llmplan estimate --json` too: its plan is under "plan".
+  const nlohmann::json& j = (input.is_object() && input.contains("plan") && input["plan"].is_object() &&
+                             input["plan"].contains("model"))
+                                ? input["plan"]
+                                : input;
+  JsonObject r(j, context);
+  Plan p;
+  p.model = ModelSpecFromHfConfig(r.Raw("model"), JsonObject(r.Raw("model"), context + ": model").String("name", "model"));
+  p.profile = r.String("profile");
+  p.gpus = static_cast<int>(r.Integer("gpus", 1, 1 << 20));
+  p.gpus_per_node = static_cast<int>(r.Integer("gpus_per_node", 1, 1024, 8));
+  p.shard_group_size = static_cast<int>(r.Integer("shard_group_size", 1, 1 << 20, 0));
+  p.seq_len = r.Integer("seq_len", 1, int64_t{1} << 22);
+  p.micro_batch = r.Integer("micro_batch", 1, 65536);
+  p.grad_accum = r.Integer("grad_accum", 1, 65536, 1);
+  p.strategy = ParseStrategy(r.String("strategy", "full_shard"));
+  p.offload = ParseOffload(r.String("offload", "none"));
+  if (r.Has("checkpoint_layers")) {
+    const auto& cl = r.Raw("checkpoint_layers");
+    if (cl.is_string()) {
+      p.checkpoint_layers = ParseLayerList(cl.get<std::string>(), p.model.layers);
+    } else if (cl.is_array()) {
+      std::set<int> s;
+      for (const auto& v : cl) {
+        if (!v.is_number_integer()) r.Fail("checkpoint_layers", "must hold whole layer indices");
+        int64_t l = v.get<int64_t>();
+        if (l < 0 || l >= p.model.layers) r.Fail("checkpoint_layers", "holds layer " + std::to_string(l) + " which the model lacks");
+        s.insert(static_cast<int>(l));
+      }
+      p.checkpoint_layers.assign(s.begin(), s.end());
+    } else {
+      r.Fail("checkpoint_layers", "must be a list of layer indices, \"all\" or \"none\"");
+    }
+  }
+  p.prefetch_depth = static_cast<int>(r.Integer("prefetch_depth", 0, 8, 1));
+  p.loss_chunk_tokens = r.Integer("loss_chunk_tokens", 1, int64_t{1} << 30, 1024);
+  p.param_dtype = ParseDType(r.String("param_dtype", "bf16"));
+  p.reduce_dtype = ParseDType(r.String("reduce_dtype", "fp32"));
+  p.seed = static_cast<uint64_t>(r.Integer("seed", 0, int64_t{1} << 53, 1234));
+  if (r.Has("optimizer")) {
+    JsonObject o = r.Object("optimizer");
+    auto& c = p.optimizer;
+    c.lr = o.NumberIn("lr", 0, 10, c.lr);
+    c.min_lr_ratio = o.NumberIn("min_lr_ratio", 0, 1, c.min_lr_ratio);
+    c.warmup_steps = o.Integer("warmup_steps", 0, int64_t{1} << 40, c.warmup_steps);
+    c.decay_steps = o.Integer("decay_steps", 0, int64_t{1} << 40, c.decay_steps);
+    c.beta1 = o.NumberIn("beta1", 0, 0.999999, c.beta1);
+    c.beta2 = o.NumberIn("beta2", 0, 0.999999, c.beta2);
+    c.eps = o.NumberIn("eps", 1e-30, 1, c.eps);
+    c.weight_decay = o.NumberIn("weight_decay", 0, 10, c.weight_decay);
+    c.grad_clip = o.NumberIn("grad_clip", 0, 1e9, c.grad_clip);
+  }
+  if (p.shard_group_size == 0) NormaliseGrouping(p);
+  p.Validate();
+  return p;
+}
+
+Plan LoadPlan(const std::string& path) { return PlanFromJson(ReadJsonFile(path, "plan"), "plan " + path); }
+
+void SavePlan(const Plan& plan, const std::string& path) {
+  // Write to a temporary and rename, so a failed write never leaves a torn plan.
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw UserError("cannot write plan to '" + path + "'; check the directory exists and is writable");
+    out << PlanToJson(plan).dump(2) << "\n";
+    if (!out) throw UserError("writing plan to '" + path + "' failed (disk full?)");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw UserError("cannot move plan into '" + path + "'");
+}
+
+}  // namespace llmplan

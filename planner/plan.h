@@ -1,0 +1,111 @@
+// Plan: every choice that fixes how one model trains on one set of GPUs —
+// strategy, micro-batch, gradient accumulation, checkpointed layers, offload,
+// GPU grouping, dtypes, and the optimizer's hyper-parameters. `llmplan
+// estimate -o plan.json` writes it; `simulate` and `run` read it. A plan file
+// carries its model spec and the name of its hardware profile, so it is
+// self-contained.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "planner/model_spec.h"
+
+namespace llmplan {
+
+enum class ShardingStrategy {
+  kFullShard,    // ZeRO-3: params, grads, optimizer state sharded; gather before fwd and again before bwd
+  kShardGradOp,  // ZeRO-2: gathered params kept from forward to backward
+  kNoShard,      // DDP: full replicas, all-reduce gradients
+  kHybridShard,  // full_shard inside a group of shard_group_size GPUs, all-reduce across groups
+};
+
+enum class Offload {
+  kNone,
+  kOptimizer,           // fp32 master weights' AdamW state (m, v) on the host; CPU AdamW
+  kParams,              // fp32 master parameters on the host (no GPU copy between steps)
+  kOptimizerAndParams,  // both: the GPU holds only bf16 compute copies in flight and gradients
+};
+
+std::string StrategyName(ShardingStrategy s);  // "full_shard", ...
+std::string OffloadName(Offload o);            // "none", "optimizer", "params", "optimizer+params"
+// Throw UserError listing the accepted names.
+ShardingStrategy ParseStrategy(const std::string& name);
+Offload ParseOffload(const std::string& name);
+bool OffloadsOptimizer(Offload o);
+bool OffloadsParams(Offload o);
+
+enum class DType { kBF16, kFP32 };
+std::string DTypeName(DType d);  // "bf16", "fp32"
+DType ParseDType(const std::string& name);
+int DTypeBytes(DType d);
+
+struct OptimizerConfig {
+  double lr = 3e-4;
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
+  int64_t warmup_steps = 100;
+  int64_t decay_steps = 10000;  // length of the cosine, counted from step 0
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // global-norm clipping; 0 disables
+};
+
+struct Plan {
+  ModelSpec model;
+  std::string profile = "h100-sxm-80g";  // a profile name or path
+
+  // --- GPUs ---
+  int gpus = 1;              // world size
+  int gpus_per_node = 8;     // from the profile unless overridden
+  int shard_group_size = 1;  // GPUs that share one copy of the state (= gpus for full_shard)
+
+  // --- batch ---
+  int64_t seq_len = 4096;
+  int64_t micro_batch = 1;  // sequences per GPU per forward/backward
+  int64_t grad_accum = 1;   // micro-batches per optimizer step
+  // Sequences per optimizer step over all GPUs: micro_batch * grad_accum * data_parallel_size.
+  int64_t GlobalBatch() const { return micro_batch * grad_accum * gpus; }
+  int64_t TokensPerStep() const { return GlobalBatch() * seq_len; }
+
+  // --- memory/time trade-offs ---
+  ShardingStrategy strategy = ShardingStrategy::kFullShard;
+  Offload offload = Offload::kNone;
+  std::vector<int> checkpoint_layers;  // sorted block indices recomputed in backward
+  int prefetch_depth = 1;              // units gathered ahead of the one computing
+  int64_t loss_chunk_tokens = 1024;    // tokens per chunk of the chunked cross-entropy
+
+  // --- dtypes ---
+  DType param_dtype = DType::kBF16;   // compute copies
+  DType reduce_dtype = DType::kFP32;  // gradient reduce-scatter / all-reduce
+  // Master weights, gradients shards and AdamW state are always fp32.
+
+  OptimizerConfig optimizer;
+  uint64_t seed = 1234;
+
+  bool IsCheckpointed(int layer) const;
+  // Number of data-parallel replicas of the model state: gpus / shard_group_size.
+  int ReplicaGroups() const { return gpus / shard_group_size; }
+
+  // REQUIRES: model is valid. Throws UserError naming the inconsistent field
+  // (e.g. gpus not divisible by shard_group_size, a layer index out of range).
+  void Validate() const;
+};
+
+// Fills shard_group_size from the strategy: gpus for full_shard/shard_grad_op,
+// 1 for no_shard; hybrid keeps its value (default gpus_per_node).
+void NormaliseGrouping(Plan& plan);
+
+// Parses "none", "all", or a list such as "0,3-5" against `layers` blocks.
+// Throws UserError for out-of-range or malformed input.
+std::vector<int> ParseLayerList(const std::string& text, int64_t layers);
+std::string FormatLayerList(const std::vector<int>& layers);  // "0,3-5"
+
+nlohmann::json PlanToJson(const Plan& plan);
+Plan PlanFromJson(const nlohmann::json& j, const std::string& context);
+Plan LoadPlan(const std::string& path);  // throws UserError
+void SavePlan(const Plan& plan, const std::string& path);
+
+}  // namespace llmplan
