@@ -1,0 +1,326 @@
+// safetensors writer and validating reader (format in safetensors.h).
+#include "executor/checkpoint/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/user_error.h"
+
+namespace llmplan::checkpoint {
+
+// The format is little-endian; we write and read tensor memory as is.
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+
+namespace {
+
+using nlohmann::json;
+
+struct DtypeInfo {
+  const char* name;
+  int file_bytes;             // bytes per element in the file
+  torch::ScalarType torch_type;  // what the reader returns
+};
+
+// U16/U32 come last: the writer's lookup by torch dtype must find the
+// one-to-one types first, and the reader widens these two.
+constexpr DtypeInfo kDtypes[] = {
+    {"F64", 8, torch::kFloat64}, {"F32", 4, torch::kFloat32}, {"F16", 2, torch::kFloat16},
+    {"BF16", 2, torch::kBFloat16}, {"I64", 8, torch::kInt64}, {"I32", 4, torch::kInt32},
+    {"I16", 2, torch::kInt16},   {"I8", 1, torch::kInt8},     {"U8", 1, torch::kUInt8},
+    {"BOOL", 1, torch::kBool},   {"U16", 2, torch::kInt32},   {"U32", 4, torch::kInt64},
+};
+
+const DtypeInfo* DtypeByName(const std::string& name) {
+  for (const DtypeInfo& d : kDtypes) {
+    if (name == d.name) return &d;
+  }
+  return nullptr;
+}
+
+const DtypeInfo* DtypeByTorch(torch::ScalarType type) {
+  for (const DtypeInfo& d : kDtypes) {
+    if (d.torch_type == type && d.file_bytes == static_cast<int>(c10::elementSize(type))) return &d;
+  }
+  return nullptr;
+}
+
+std::string Errno() { return std::strerror(errno); }
+
+// Writes all of [data, data + n) or returns false.
+bool WriteAll(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Writer
+
+void WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  json header = json::object();  // std::map underneath: keys come out sorted
+  std::vector<torch::Tensor> ordered;
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {  // std::map: ordered by name
+    if (name.empty() || name == "__metadata__") {
+      throw std::invalid_argument("safetensors: invalid tensor name '" + name + "'");
+    }
+    if (!tensor.defined() || tensor.device().type() != torch::kCPU) {
+      throw std::invalid_argument("safetensors: tensor '" + name + "' must be a defined CPU tensor");
+    }
+    const DtypeInfo* dtype = DtypeByTorch(tensor.scalar_type());
+    if (dtype == nullptr) {
+      throw std::invalid_argument("safetensors: tensor '" + name + "' has unsupported dtype " +
+                                  std::string(c10::toString(tensor.scalar_type())));
+    }
+    torch::Tensor contiguous = tensor.contiguous();
+    const uint64_t bytes = static_cast<uint64_t>(contiguous.numel()) * dtype->file_bytes;
+    header[name] = {{"dtype", dtype->name}, {"shape", contiguous.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    ordered.push_back(std::move(contiguous));
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+
+  std::string text = header.dump();
+  // Pad so the data section starts 8-byte aligned (as the reference writer
+  // does): readers can then map tensors in place.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t header_len = text.size();
+
+  // Temporary name in the same directory, so rename() is atomic.
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw UserError(path + ": cannot create " + temp + " (" + Errno() + "): check the directory");
+  bool ok = WriteAll(fd, &header_len, 8) && WriteAll(fd, text.data(), text.size());
+  for (size_t i = 0; ok && i < ordered.size(); ++i) {
+    ok = WriteAll(fd, ordered[i].data_ptr(), ordered[i].nbytes());
+  }
+  // fsync before rename: otherwise a crash can leave the new name pointing at
+  // an empty file on some filesystems.
+  ok = ok && ::fsync(fd) == 0;
+  const std::string error = ok ? "" : Errno();
+  ok = (::close(fd) == 0) && ok;
+  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string why = error.empty() ? Errno() : error;
+    ::unlink(temp.c_str());
+    throw UserError(path + ": cannot write checkpoint (" + why + "): check free space and permissions");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Header validation
+
+std::vector<SafetensorsEntry> ParseSafetensorsHeader(const std::string& header, uint64_t data_bytes,
+                                                     const std::string& what,
+                                                     std::map<std::string, std::string>* metadata) {
+  auto bad = [&](const std::string& why) {
+    return UserError(what + ": invalid safetensors header: " + why);
+  };
+  // nlohmann keeps the last of duplicate keys silently; the callback sees
+  // every key, so track the keys of each open object.
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  json::parser_callback_t on_event = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      open_objects.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      if (!open_objects.empty()) open_objects.pop_back();
+    } else if (event == json::parse_event_t::key && !open_objects.empty()) {
+      const std::string key = parsed.get<std::string>();
+      if (!open_objects.back().insert(key).second && duplicate.empty()) duplicate = key;
+    }
+    return true;
+  };
+  json root;
+  try {
+    root = json::parse(header, on_event);
+  } catch (const json::exception& e) {
+    throw bad(std::string("not valid JSON (") + e.what() + ")");
+  }
+  if (!duplicate.empty()) throw bad("duplicate key '" + duplicate + "'");
+  if (!root.is_object()) throw bad("the top level is not a JSON object");
+
+  std::vector<SafetensorsEntry> entries;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& name = it.key();
+    const json& value = it.value();
+    if (name == "__metadata__") {
+      if (!value.is_object()) throw bad("__metadata__ is not an object");
+      for (auto m = value.begin(); m != value.end(); ++m) {
+        if (!m.value().is_string()) throw bad("__metadata__ value '" + m.key() + "' is not a string");
+        if (metadata != nullptr) (*metadata)[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    if (name.empty()) throw bad("empty tensor name");
+    if (!value.is_object()) throw bad("entry '" + name + "' is not an object");
+    for (auto f = value.begin(); f != value.end(); ++f) {
+      if (f.key() != "dtype" && f.key() != "shape" && f.key() != "data_offsets") {
+        throw bad("entry '" + name + "' has unknown field '" + f.key() + "'");
+      }
+    }
+    SafetensorsEntry entry;
+    entry.name = name;
+    if (!value.contains("dtype") || !value["dtype"].is_string()) throw bad("entry '" + name + "' has no dtype string");
+    entry.dtype = value["dtype"].get<std::string>();
+    const DtypeInfo* dtype = DtypeByName(entry.dtype);
+    if (dtype == nullptr) throw bad("entry '" + name + "' has unsupported dtype '" + entry.dtype + "'");
+    if (!value.contains("shape") || !value["shape"].is_array()) throw bad("entry '" + name + "' has no shape array");
+    uint64_t bytes = static_cast<uint64_t>(dtype->file_bytes);
+    for (const json& dim : value["shape"]) {
+      if (!dim.is_number_unsigned()) throw bad("entry '" + name + "' has a shape that is not non-negative integers");
+      const uint64_t d = dim.get<uint64_t>();
+      // int64 for torch, and the byte count must not wrap.
+      if (d > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(bytes, d, &bytes)) {
+        throw bad("entry '" + name + "' shape is too large");
+      }
+      entry.shape.push_back(static_cast<int64_t>(d));
+    }
+    const json* offsets = value.contains("data_offsets") ? &value["data_offsets"] : nullptr;
+    if (offsets == nullptr || !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+        !(*offsets)[1].is_number_unsigned()) {
+      throw bad("entry '" + name + "' needs data_offsets [begin, end] of non-negative integers");
+    }
+    entry.begin = (*offsets)[0].get<uint64_t>();
+    entry.end = (*offsets)[1].get<uint64_t>();
+    if (entry.end < entry.begin) throw bad("entry '" + name + "' ends before it begins");
+    if (entry.end > data_bytes) {
+      throw bad("entry '" + name + "' ends at byte " + std::to_string(entry.end) + " of a " +
+                std::to_string(data_bytes) + "-byte data section (file truncated?)");
+    }
+    if (entry.end - entry.begin != bytes) {
+      throw bad("entry '" + name + "' spans " + std::to_string(entry.end - entry.begin) + " bytes but its " +
+                entry.dtype + " shape needs " + std::to_string(bytes));
+    }
+    entries.push_back(std::move(entry));
+  }
+
+  // Tensors must tile the data section exactly: overlaps would alias two
+  // tensors, gaps or a tail would be bytes nobody accounts for.
+  std::sort(entries.begin(), entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t expected = 0;
+  for (const SafetensorsEntry& e : entries) {
+    if (e.begin < expected) throw bad("entry '" + e.name + "' overlaps the tensor before it");
+    if (e.begin > expected) throw bad("gap of " + std::to_string(e.begin - expected) + " bytes before entry '" + e.name + "'");
+    expected = e.end;
+  }
+  if (expected != data_bytes) {
+    throw bad(std::to_string(data_bytes - expected) + " bytes after the last tensor are not described by the header");
+  }
+  return entries;
+}
+
+// ---------------------------------------------------------------------------
+// Reader
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw UserError(path + ": cannot open safetensors file (" + Errno() + ")");
+  struct stat st;
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    throw UserError(path + ": not a regular file");
+  }
+  file_bytes_ = static_cast<uint64_t>(st.st_size);
+  if (file_bytes_ < 8) {
+    ::close(fd_);
+    throw UserError(path + ": " + std::to_string(file_bytes_) +
+                    " bytes is too short for a safetensors file (truncated?)");
+  }
+  void* map = ::mmap(nullptr, file_bytes_, PROT_READ, MAP_SHARED, fd_, 0);
+  if (map == MAP_FAILED) {
+    const std::string why = Errno();
+    ::close(fd_);
+    throw UserError(path + ": cannot mmap (" + why + ")");
+  }
+  map_ = static_cast<const unsigned char*>(map);
+  try {
+    uint64_t header_len = 0;
+    std::memcpy(&header_len, map_, 8);
+    if (header_len > kSafetensorsMaxHeaderBytes) {
+      throw UserError(path + ": safetensors header length " + std::to_string(header_len) +
+                      " exceeds the 100 MB limit: not a safetensors file or corrupt");
+    }
+    if (header_len > file_bytes_ - 8) {
+      throw UserError(path + ": safetensors header length " + std::to_string(header_len) + " runs past the end of the " +
+                      std::to_string(file_bytes_) + "-byte file (truncated?)");
+    }
+    data_offset_ = 8 + header_len;
+    const std::string header(reinterpret_cast<const char*>(map_ + 8), header_len);
+    for (SafetensorsEntry& e : ParseSafetensorsHeader(header, file_bytes_ - data_offset_, path, &metadata_)) {
+      std::string name = e.name;
+      entries_.emplace(std::move(name), std::move(e));
+    }
+  } catch (...) {
+    ::munmap(const_cast<unsigned char*>(map_), file_bytes_);
+    ::close(fd_);
+    throw;
+  }
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  ::munmap(const_cast<unsigned char*>(map_), file_bytes_);
+  ::close(fd_);
+}
+
+torch::Tensor SafetensorsReader::Read(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) throw UserError(path_ + ": no tensor named '" + name + "'");
+  const SafetensorsEntry& e = it->second;
+  const DtypeInfo* dtype = DtypeByName(e.dtype);  // validated on open
+  torch::Tensor out = torch::empty(e.shape, torch::TensorOptions().dtype(dtype->torch_type));
+  const unsigned char* src = map_ + data_offset_ + e.begin;
+  const int64_t n = out.numel();
+  if (e.dtype == "U16") {
+    int32_t* dst = out.data_ptr<int32_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t v;
+      std::memcpy(&v, src + 2 * i, 2);
+      dst[i] = v;
+    }
+  } else if (e.dtype == "U32") {
+    int64_t* dst = out.data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t v;
+      std::memcpy(&v, src + 4 * i, 4);
+      dst[i] = v;
+    }
+  } else if (n > 0) {
+    std::memcpy(out.data_ptr(), src, e.end - e.begin);
+  }
+  return out;
+}
+
+SafetensorsContents ReadSafetensors(const std::string& path) {
+  SafetensorsReader reader(path);
+  SafetensorsContents contents;
+  contents.metadata = reader.metadata();
+  for (const auto& [name, entry] : reader.entries()) contents.tensors.emplace(name, reader.Read(name));
+  return contents;
+}
+
+}  // namespace llmplan::checkpoint

@@ -1,0 +1,102 @@
+// safetensors: Hugging Face's tensor file format, so weights trained here open
+// in transformers / vLLM and published weights can start a run here.
+//
+//   8 bytes    little-endian u64 N, the header length
+//   N bytes    UTF-8 JSON {name: {"dtype", "shape", "data_offsets": [b, e]},
+//              "__metadata__": {str: str}}, padded with spaces so the data
+//              starts 8-byte aligned; offsets are relative to the data section
+//   data       each tensor little-endian, row-major, back to back, no gaps
+//
+// The writer orders tensors by name and writes to a temporary file that is
+// renamed over the target only when complete, so a crash never leaves a
+// half-written checkpoint under the final name. The reader maps the file and
+// validates the whole header before handing out any tensor: header under
+// 100 MB, known dtypes, non-negative shapes whose byte size equals the span,
+// offsets in range, non-overlapping and gap-free, no duplicate names. Every
+// problem is a UserError with one line naming the file.
+//
+// dtypes: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL map one to one onto torch
+// dtypes. U16 and U32 (token ids, not weights) have no torch dtype in
+// LibTorch 1.13: the reader widens them to int32 / int64; the writer never
+// produces them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace llmplan::checkpoint {
+
+// Readers refuse headers larger than this (the reference implementation's
+// limit): a hostile length must not make us allocate gigabytes.
+inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
+
+// One tensor's header entry.
+struct SafetensorsEntry {
+  std::string name;
+  std::string dtype;           // as in the file: "BF16", "F32", ...
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;          // byte offsets into the data section, end exclusive
+  uint64_t end = 0;
+};
+
+// Writes `tensors` (ordered by name) and `metadata` to `path`.
+// REQUIRES: every tensor is on the CPU (non-contiguous ones are made
+// contiguous) with a dtype listed above; no name is "__metadata__" or empty.
+// Throws std::invalid_argument for a violated REQUIRES and UserError when the
+// file cannot be written (the target is then left as it was).
+void WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Parses and validates a header. `header` is the N JSON bytes (trailing
+// spaces allowed), `data_bytes` the size of the data section. Returns the
+// entries sorted by begin offset and fills `metadata` when non-null. Throws
+// UserError whose message starts with `what` (the file name).
+std::vector<SafetensorsEntry> ParseSafetensorsHeader(const std::string& header, uint64_t data_bytes,
+                                                     const std::string& what,
+                                                     std::map<std::string, std::string>* metadata = nullptr);
+
+// A safetensors file opened for reading: the header is validated on open and
+// tensors are copied out of the mapping one at a time, so a 16 GB checkpoint
+// can be loaded unit by unit without holding it twice.
+class SafetensorsReader {
+ public:
+  // REQUIRES: nothing. Throws UserError for a missing, truncated or invalid file.
+  explicit SafetensorsReader(const std::string& path);
+  ~SafetensorsReader();
+
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Entries ordered by name.
+  const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
+  bool Contains(const std::string& name) const { return entries_.count(name) != 0; }
+
+  // A new contiguous CPU tensor holding `name` (U16/U32 widened, see above).
+  // REQUIRES: nothing. Throws UserError when `name` is absent.
+  torch::Tensor Read(const std::string& name) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  const unsigned char* map_ = nullptr;
+  uint64_t file_bytes_ = 0;
+  uint64_t data_offset_ = 0;  // 8 + N
+  std::map<std::string, std::string> metadata_;
+  std::map<std::string, SafetensorsEntry> entries_;
+};
+
+// Every tensor and the metadata of `path`, ordered by name.
+struct SafetensorsContents {
+  std::map<std::string, torch::Tensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+// REQUIRES: nothing. Throws UserError as SafetensorsReader does.
+SafetensorsContents ReadSafetensors(const std::string& path);
+
+}  // namespace llmplan::checkpoint

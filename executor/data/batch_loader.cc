@@ -1,0 +1,191 @@
+// BatchLoader: the sample order, the host-side read and vocabulary check, and
+// the producer thread. The scheme is documented in batch_loader.h.
+#include "executor/data/batch_loader.h"
+
+#include <stdexcept>
+#include <utility>
+
+#include "planner/user_error.h"
+
+namespace llmplan::data {
+
+namespace {
+
+// SplitMix64 (Steele et al.): a cheap, well-mixed 64-bit hash; the Feistel
+// round function and the per-epoch key. Fixed arithmetic, so every host and
+// every rank computes the same order.
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+constexpr int kFeistelRounds = 4;
+
+std::unique_ptr<TokenFile> OpenChecked(const BatchLoaderOptions& o) {
+  if (o.seq_len < 1) throw UserError("sequence length must be >= 1 (got " + std::to_string(o.seq_len) + ")");
+  if (o.micro_batch < 1) {
+    throw UserError("micro-batch must be >= 1 (got " + std::to_string(o.micro_batch) + ")");
+  }
+  if (o.world < 1 || o.rank < 0 || o.rank >= o.world) {
+    throw UserError("rank " + std::to_string(o.rank) + " is not in a world of " + std::to_string(o.world) +
+                    ": check RANK and WORLD_SIZE");
+  }
+  if (o.vocab < 1) throw UserError("the model's vocab must be >= 1 (got " + std::to_string(o.vocab) + ")");
+  if (o.prefetch < 1) throw UserError("prefetch must be >= 1 (got " + std::to_string(o.prefetch) + ")");
+  auto file = std::make_unique<TokenFile>(o.path, o.format);
+  if (file->size() < o.seq_len + 1) {
+    throw UserError(o.path + ": " + std::to_string(file->size()) + " tokens, fewer than one sample of seq_len + 1 = " +
+                    std::to_string(o.seq_len + 1) + ": use a shorter sequence length or more data");
+  }
+  return file;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// SampleOrder
+
+SampleOrder::SampleOrder(int64_t num_tokens, int64_t seq_len, uint64_t seed, bool shuffle)
+    : num_tokens_(num_tokens),
+      seq_len_(seq_len),
+      num_windows_((num_tokens - 1) / seq_len),
+      seed_(seed),
+      shuffle_(shuffle),
+      half_bits_(1) {
+  if (seq_len < 1 || num_windows_ < 1) {
+    throw std::invalid_argument("SampleOrder needs num_tokens > seq_len >= 1");
+  }
+  while (half_bits_ < 31 && (int64_t{1} << (2 * half_bits_)) < num_windows_) ++half_bits_;
+}
+
+int64_t SampleOrder::Window(int64_t sample) const {
+  const int64_t epoch = sample / num_windows_;
+  const int64_t index = sample % num_windows_;
+  if (!shuffle_) return index;
+  // A balanced Feistel network is a bijection on [0, 2^(2h)) for any round
+  // function; cycle-walking (re-encrypt until the value lands below W)
+  // restricts it to a bijection on [0, W). The domain is < 4 W, so the
+  // expected number of walks is under 4.
+  const uint64_t key = SplitMix64(seed_ ^ SplitMix64(static_cast<uint64_t>(epoch) + 1));
+  const uint64_t mask = (uint64_t{1} << half_bits_) - 1;
+  uint64_t x = static_cast<uint64_t>(index);
+  do {
+    uint64_t left = x >> half_bits_;
+    uint64_t right = x & mask;
+    for (int round = 0; round < kFeistelRounds; ++round) {
+      const uint64_t f = SplitMix64(right ^ SplitMix64(key + static_cast<uint64_t>(round))) & mask;
+      const uint64_t next_right = left ^ f;
+      left = right;
+      right = next_right;
+    }
+    x = (left << half_bits_) | right;
+  } while (x >= static_cast<uint64_t>(num_windows_));
+  return static_cast<int64_t>(x);
+}
+
+// ---------------------------------------------------------------------------
+// ReadSamples
+
+torch::Tensor ReadSamples(const TokenFile& file, const SampleOrder& order, int64_t first_sample,
+                          int64_t micro_batch, int64_t vocab, bool pin_memory) {
+  const int64_t row = order.seq_len() + 1;
+  torch::Tensor tokens =
+      torch::empty({micro_batch, row}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(pin_memory));
+  int64_t* out = tokens.data_ptr<int64_t>();
+  for (int64_t j = 0; j < micro_batch; ++j) {
+    const int64_t begin = order.FirstToken(first_sample + j);
+    const uint32_t max_id = file.Read(begin, row, out + j * row);
+    if (static_cast<int64_t>(max_id) >= vocab) {
+      // Cheap path above; only on failure look for the first offender.
+      for (int64_t k = 0; k < row; ++k) {
+        if (out[j * row + k] >= vocab) {
+          const int64_t index = begin + k;
+          throw UserError(file.path() + ": token id " + std::to_string(out[j * row + k]) + " at token " +
+                          std::to_string(index) + " (byte offset " + std::to_string(file.ByteOffset(index)) +
+                          ") is >= the model's vocab size " + std::to_string(vocab) +
+                          ": tokenize the data with the model's tokenizer or pick a model with a larger vocab");
+        }
+      }
+    }
+  }
+  return tokens;
+}
+
+// ---------------------------------------------------------------------------
+// BatchLoader
+
+BatchLoader::BatchLoader(const BatchLoaderOptions& options, DataPosition start)
+    : options_(options),
+      file_(OpenChecked(options)),
+      order_(file_->size(), options.seq_len, options.seed, options.shuffle),
+      pin_memory_(torch::cuda::is_available()),
+      position_(start) {
+  if (start.next_sample < 0) {
+    throw UserError("data position " + std::to_string(start.next_sample) + " is negative: the checkpoint is corrupt");
+  }
+  producer_ = std::thread([this, start] { Produce(start); });
+}
+
+BatchLoader::~BatchLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  has_space_.notify_all();
+  if (producer_.joinable()) producer_.join();
+}
+
+void BatchLoader::Produce(DataPosition start) {
+  const int64_t per_call = static_cast<int64_t>(options_.world) * options_.micro_batch;
+  int64_t next_sample = start.next_sample;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      has_space_.wait(lock, [this] { return stop_ || queue_.size() < static_cast<size_t>(options_.prefetch); });
+      if (stop_) return;
+    }
+    // Read outside the lock: this is the slow part (page faults, copies).
+    Item item;
+    try {
+      const int64_t first = next_sample + static_cast<int64_t>(options_.rank) * options_.micro_batch;
+      item.batch.tokens = ReadSamples(*file_, order_, first, options_.micro_batch, options_.vocab, pin_memory_);
+      item.batch.first_sample = first;
+      item.batch.next.next_sample = next_sample + per_call;
+    } catch (...) {
+      item.error = std::current_exception();
+    }
+    const bool failed = static_cast<bool>(item.error);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(item));
+    }
+    has_item_.notify_one();
+    if (failed) return;  // the consumer rethrows; nothing after an error is trustworthy
+    next_sample += per_call;
+  }
+}
+
+TokenBatch BatchLoader::Next() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (failed_) std::rethrow_exception(failed_);
+  has_item_.wait(lock, [this] { return !queue_.empty(); });
+  Item item = std::move(queue_.front());
+  queue_.pop_front();
+  if (item.error) {
+    failed_ = item.error;
+    std::rethrow_exception(failed_);
+  }
+  position_ = item.batch.next;
+  lock.unlock();
+  has_space_.notify_one();
+  return std::move(item.batch);
+}
+
+DataPosition BatchLoader::position() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return position_;
+}
+
+}  // namespace llmplan::data

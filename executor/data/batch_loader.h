@@ -1,0 +1,156 @@
+// BatchLoader: training micro-batches from a token file, prepared ahead of time
+// on a background thread so the GPU never waits on the host.
+//
+// The sampling scheme (a pure function of plain integers, so a run can resume
+// exactly and re-shard across a different number of GPUs):
+//
+//   windows   The file is cut into W = (tokens - 1) / seq_len windows; window w
+//             is tokens [w*seq_len, w*seq_len + seq_len + 1). Consecutive
+//             windows share one token, so every token after the first is a
+//             target exactly once per epoch (llm.c's layout). The tail that
+//             does not fill a window is never used.
+//   samples   Global sample s (counting from 0 over the whole run, all ranks)
+//             reads window order(s mod W) of epoch s / W. order is the
+//             identity without shuffling, else a seeded pseudo-random
+//             permutation of [0, W) that changes every epoch (a Feistel
+//             network with cycle-walking: O(1) memory, same on every host).
+//   ranks     One micro-batch call consumes world * micro_batch global samples:
+//             rank r gets rows s0 + r*micro_batch + j, j in [0, micro_batch),
+//             where s0 = DataPosition::next_sample.
+//
+// DataPosition::next_sample counts global samples and does not depend on the
+// world size: save it with a checkpoint, restart on any number of GPUs with
+// the same (world * micro_batch) and the run sees exactly the same sample
+// stream — and with another (world * micro_batch) it still never repeats or
+// skips a sample.
+//
+// Every token id >= vocab is a UserError naming the file and the offset, found
+// on the host before the batch reaches a kernel (an out-of-range embedding
+// index on the GPU is a device-side assert that kills the whole run).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "executor/data/token_file.h"
+
+namespace llmplan::data {
+
+// Where the data stream stands. Plain integers: store it in a checkpoint.
+struct DataPosition {
+  int64_t next_sample = 0;  // global samples (all ranks together) consumed so far
+};
+
+// The pure mapping global sample index -> first token of its window.
+class SampleOrder {
+ public:
+  // REQUIRES: num_tokens > seq_len >= 1 (at least one window).
+  SampleOrder(int64_t num_tokens, int64_t seq_len, uint64_t seed, bool shuffle);
+
+  int64_t num_windows() const { return num_windows_; }
+  int64_t seq_len() const { return seq_len_; }
+  // Epoch of global sample `sample` (0 for the first pass over the data).
+  int64_t Epoch(int64_t sample) const { return sample / num_windows_; }
+  // Window read by global sample `sample`.
+  // REQUIRES: sample >= 0.
+  int64_t Window(int64_t sample) const;
+  // Index of the first token of that window; the sample is the seq_len + 1
+  // tokens starting there.
+  int64_t FirstToken(int64_t sample) const { return Window(sample) * seq_len_; }
+
+ private:
+  int64_t num_tokens_;
+  int64_t seq_len_;
+  int64_t num_windows_;
+  uint64_t seed_;
+  bool shuffle_;
+  int half_bits_;  // Feistel halves; the domain is 2^(2*half_bits_) >= num_windows_
+};
+
+// Reads micro_batch samples starting at global sample `first_sample` into a
+// [micro_batch, seq_len + 1] int64 tensor (page-locked when pin_memory, so the
+// host-to-device copy can be asynchronous).
+// REQUIRES: first_sample >= 0, micro_batch >= 1, vocab >= 1, pin_memory only
+// when CUDA is available. Throws UserError naming the file and the token and
+// byte offsets of the first id >= vocab.
+torch::Tensor ReadSamples(const TokenFile& file, const SampleOrder& order, int64_t first_sample,
+                          int64_t micro_batch, int64_t vocab, bool pin_memory);
+
+struct BatchLoaderOptions {
+  std::string path;                                 // token file (see token_file.h)
+  TokenFileFormat format = TokenFileFormat::kAuto;
+  int64_t seq_len = 0;      // tokens per sample fed to the model (inputs); the row holds seq_len + 1
+  int64_t micro_batch = 0;  // rows per micro-batch on this rank
+  int rank = 0;             // this process among `world` data-parallel ranks
+  int world = 1;
+  int64_t vocab = 0;        // ids >= vocab are errors
+  uint64_t seed = 0;        // permutation seed (same on every rank)
+  bool shuffle = true;      // false: windows in file order (tests, curriculum data)
+  int prefetch = 4;         // micro-batches prepared ahead (the queue bound)
+};
+
+// One micro-batch for this rank.
+struct TokenBatch {
+  // [micro_batch, seq_len + 1] int64 on the CPU, pinned when CUDA is
+  // available. inputs = tokens.slice(1, 0, -1), targets = tokens.slice(1, 1).
+  torch::Tensor tokens;
+  int64_t first_sample = 0;  // global sample index of this rank's row 0
+  DataPosition next;         // position after this micro-batch (all ranks)
+};
+
+class BatchLoader {
+ public:
+  // Opens the file and starts the background thread at `start`.
+  // REQUIRES: nothing. Throws UserError (on this thread) for bad options, an
+  // unreadable or malformed file, or a file shorter than seq_len + 1 tokens.
+  BatchLoader(const BatchLoaderOptions& options, DataPosition start);
+  // Stops and joins the background thread; batches not taken are dropped.
+  ~BatchLoader();
+
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  // The next micro-batch, in order; blocks only when the background thread is
+  // behind. Rethrows the background thread's error (e.g. a token id >= vocab)
+  // here, and again on every later call.
+  TokenBatch Next();
+
+  // Position after the last batch Next() returned (the start position before
+  // the first call). Save this at a step boundary to resume exactly.
+  DataPosition position() const;
+
+  const TokenFile& file() const { return *file_; }
+  const SampleOrder& order() const { return order_; }
+  bool pinned() const { return pin_memory_; }
+
+ private:
+  struct Item {
+    TokenBatch batch;
+    std::exception_ptr error;
+  };
+  void Produce(DataPosition start);
+
+  const BatchLoaderOptions options_;
+  std::unique_ptr<TokenFile> file_;
+  SampleOrder order_;
+  bool pin_memory_;
+
+  mutable std::mutex mu_;
+  std::condition_variable has_item_;   // producer -> consumer
+  std::condition_variable has_space_;  // consumer -> producer, and stop
+  std::deque<Item> queue_;
+  bool stop_ = false;
+  std::exception_ptr failed_;  // sticky: once the producer fails, Next() always throws
+  DataPosition position_;
+  std::thread producer_;  // last member: started after everything it reads exists
+};
+
+}  // namespace llmplan::data

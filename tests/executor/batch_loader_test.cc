@@ -1,0 +1,207 @@
+// BatchLoader: the sample order is a permutation and deterministic, ranks
+// partition the global stream, resuming (also at another world size) continues
+// exactly, and a bad token id surfaces as the consumer's error.
+#include "executor/data/batch_loader.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "planner/user_error.h"
+
+namespace llmplan::data {
+namespace {
+
+class BatchLoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "llmplan_batch_loader_XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Raw uint16 file whose token i is i % modulus: a row's content tells where
+  // it came from.
+  std::string WriteCounting(const std::string& name, int64_t n, int64_t modulus = 60000) {
+    std::vector<uint16_t> tokens(n);
+    for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<uint16_t>(i % modulus);
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(tokens.data()), n * 2);
+    return path;
+  }
+
+  BatchLoaderOptions Options(const std::string& path) {
+    BatchLoaderOptions o;
+    o.path = path;
+    o.seq_len = 8;
+    o.micro_batch = 2;
+    o.vocab = 60000;
+    o.seed = 1234;
+    o.prefetch = 3;
+    return o;
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST(SampleOrderTest, EachEpochIsAPermutationOfAllWindows) {
+  for (int64_t windows : {1, 2, 3, 7, 64, 1000, 4097}) {
+    SampleOrder order(windows * 16 + 1, 16, 99, /*shuffle=*/true);
+    ASSERT_EQ(order.num_windows(), windows);
+    for (int64_t epoch = 0; epoch < 2; ++epoch) {
+      std::set<int64_t> seen;
+      for (int64_t i = 0; i < windows; ++i) seen.insert(order.Window(epoch * windows + i));
+      EXPECT_EQ(static_cast<int64_t>(seen.size()), windows);
+      EXPECT_EQ(*seen.begin(), 0);
+      EXPECT_EQ(*seen.rbegin(), windows - 1);
+    }
+  }
+}
+
+TEST(SampleOrderTest, ShuffledDiffersBySeedAndEpochButIsReproducible) {
+  SampleOrder a(100001, 100, 1, true), a_again(100001, 100, 1, true), b(100001, 100, 2, true);
+  std::vector<int64_t> wa, wb, wa2, epoch1;
+  for (int64_t i = 0; i < 50; ++i) {
+    wa.push_back(a.Window(i));
+    wa2.push_back(a_again.Window(i));
+    wb.push_back(b.Window(i));
+    epoch1.push_back(a.Window(1000 + i));
+  }
+  EXPECT_EQ(wa, wa2);
+  EXPECT_NE(wa, wb);
+  EXPECT_NE(wa, epoch1);
+  // Window w starts at token w * seq_len; windows overlap by one token.
+  EXPECT_EQ(a.FirstToken(7), a.Window(7) * 100);
+  SampleOrder sequential(100001, 100, 1, false);
+  EXPECT_EQ(sequential.Window(5), 5);
+  EXPECT_EQ(sequential.Window(1003), 3);  // epoch 1 starts over
+  EXPECT_EQ(sequential.Epoch(1003), 1);
+}
+
+TEST_F(BatchLoaderTest, SequentialRowsAreWindowsWithSharedBoundaryToken) {
+  BatchLoaderOptions o = Options(WriteCounting("c.u16", 8 * 10 + 1));
+  o.shuffle = false;
+  BatchLoader loader(o, DataPosition{});
+  EXPECT_EQ(loader.order().num_windows(), 10);
+  TokenBatch b = loader.Next();
+  ASSERT_EQ(b.tokens.sizes(), (std::vector<int64_t>{2, 9}));
+  EXPECT_EQ(b.tokens.scalar_type(), torch::kInt64);
+  EXPECT_EQ(b.tokens.is_pinned(), torch::cuda::is_available());
+  for (int64_t k = 0; k < 9; ++k) {
+    EXPECT_EQ(b.tokens[0][k].item<int64_t>(), k);
+    EXPECT_EQ(b.tokens[1][k].item<int64_t>(), 8 + k);
+  }
+  EXPECT_EQ(b.first_sample, 0);
+  EXPECT_EQ(b.next.next_sample, 2);
+  EXPECT_EQ(loader.position().next_sample, 2);
+}
+
+TEST_F(BatchLoaderTest, DeterministicAcrossLoaders) {
+  const std::string path = WriteCounting("d.u16", 8 * 50 + 1);
+  BatchLoader first(Options(path), DataPosition{});
+  BatchLoader second(Options(path), DataPosition{});
+  for (int i = 0; i < 40; ++i) {  // 80 samples: crosses into the second epoch
+    EXPECT_TRUE(torch::equal(first.Next().tokens, second.Next().tokens)) << "batch " << i;
+  }
+}
+
+TEST_F(BatchLoaderTest, RanksPartitionTheGlobalStreamAndResumeAtAnotherWorldSize) {
+  const std::string path = WriteCounting("r.u16", 8 * 64 + 1);
+  // Reference: one rank, micro-batch 4: the global sample stream 0..15.
+  BatchLoaderOptions single = Options(path);
+  single.micro_batch = 4;
+  BatchLoader reference(single, DataPosition{});
+  std::vector<torch::Tensor> stream;
+  for (int i = 0; i < 4; ++i) stream.push_back(reference.Next().tokens);
+  const torch::Tensor global = torch::cat(stream);  // 16 rows
+
+  // Two ranks, micro-batch 2: call i gives rank r rows 4i + 2r, 4i + 2r + 1.
+  std::vector<std::unique_ptr<BatchLoader>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    BatchLoaderOptions o = Options(path);
+    o.rank = r;
+    o.world = 2;
+    ranks.push_back(std::make_unique<BatchLoader>(o, DataPosition{}));
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int r = 0; r < 2; ++r) {
+      TokenBatch b = ranks[r]->Next();
+      EXPECT_TRUE(torch::equal(b.tokens, global.slice(0, 4 * i + 2 * r, 4 * i + 2 * r + 2))) << i << " " << r;
+      EXPECT_EQ(b.next.next_sample, 4 * (i + 1));
+    }
+  }
+  // Resume the 2-rank run's position (8 samples) on 4 ranks with micro-batch 1:
+  // they see global samples 8..11, then 12..15.
+  const DataPosition saved = ranks[0]->position();
+  EXPECT_EQ(saved.next_sample, 8);
+  for (int r = 0; r < 4; ++r) {
+    BatchLoaderOptions o = Options(path);
+    o.rank = r;
+    o.world = 4;
+    o.micro_batch = 1;
+    BatchLoader resumed(o, saved);
+    EXPECT_TRUE(torch::equal(resumed.Next().tokens, global.slice(0, 8 + r, 9 + r)));
+    EXPECT_TRUE(torch::equal(resumed.Next().tokens, global.slice(0, 12 + r, 13 + r)));
+  }
+}
+
+TEST_F(BatchLoaderTest, BadTokenIdIsPropagatedWithFileAndOffset) {
+  // Token 100 at index 37; vocab 50. The first batches are fine (rows 0..31
+  // are ids < 37), the one holding index 37 fails — in the consumer.
+  std::vector<uint16_t> tokens(8 * 20 + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 37);
+  tokens[37] = 100;
+  const std::string path = (dir_ / "bad.u16").string();
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+  BatchLoaderOptions o = Options(path);
+  o.shuffle = false;
+  o.vocab = 50;
+  BatchLoader loader(o, DataPosition{});
+  loader.Next();  // samples 0, 1: tokens 0..16
+  loader.Next();  // samples 2, 3: tokens 16..32
+  try {
+    loader.Next();  // samples 4, 5: tokens 32..48 include index 37
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find("token id 100 at token 37"), std::string::npos) << message;
+    EXPECT_NE(message.find("byte offset 74"), std::string::npos) << message;
+    EXPECT_NE(message.find("vocab size 50"), std::string::npos) << message;
+  }
+  EXPECT_THROW(loader.Next(), UserError);  // sticky, never hangs
+  EXPECT_EQ(loader.position().next_sample, 4);
+}
+
+TEST_F(BatchLoaderTest, DestructorStopsAFullQueue) {
+  // The producer fills the queue and blocks; destroying the loader must not hang.
+  BatchLoaderOptions o = Options(WriteCounting("s.u16", 8 * 100 + 1));
+  o.prefetch = 1;
+  { BatchLoader loader(o, DataPosition{}); }
+  { BatchLoader loader(o, DataPosition{}); loader.Next(); }
+  SUCCEED();
+}
+
+TEST_F(BatchLoaderTest, FileShorterThanOneSampleAndBadOptions) {
+  BatchLoaderOptions o = Options(WriteCounting("tiny.u16", 8));
+  try {
+    BatchLoader loader(o, DataPosition{});
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("fewer than one sample"), std::string::npos) << e.what();
+  }
+  BatchLoaderOptions bad_rank = Options(WriteCounting("ok.u16", 100));
+  bad_rank.rank = 2;
+  bad_rank.world = 2;
+  EXPECT_THROW(BatchLoader(bad_rank, DataPosition{}), UserError);
+}
+
+}  // namespace
+}  // namespace llmplan::data

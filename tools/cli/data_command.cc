@@ -1,0 +1,207 @@
+// llmplan data prepare: turns text files into a token file for `llmplan run`.
+//
+// Tokenizer: byte level. Token = byte value (0..255); 256 = end of text,
+// written after every document. Vocabulary 257, so any model with vocab >= 257
+// (every preset, including the tiny-* ones) trains on it. It needs no
+// tokenizer files, which is the point: a demo or a test runs end to end from a
+// Debian package's text. For real training, tokenize with the model's own
+// tokenizer (e.g. llm.c's or nanoGPT's prepare scripts) and pass that file.
+//
+// Output: llm.c's headered .bin (uint16, header records the count) by
+// default, or raw uint16 (nanoGPT). Written to a temporary file renamed over
+// --out only when complete, so a failure never leaves a partial file there.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "executor/data/token_file.h"
+#include "planner/user_error.h"
+#include "tools/cli/commands.h"
+
+namespace llmplan::cli {
+
+namespace {
+
+constexpr uint16_t kEndOfText = 256;
+
+struct PrepareOptions {
+  std::string out;
+  std::vector<std::string> inputs;
+  std::string format = "llmc";
+  std::string separator_line;  // empty: one document per file
+};
+
+// Streams uint16 tokens into a temporary file next to the target and renames
+// it over the target on Commit(); the destructor removes an uncommitted file.
+class TokenFileWriter {
+ public:
+  TokenFileWriter(const std::string& out, bool llmc_header) : out_(out), llmc_(llmc_header) {
+    const std::filesystem::path parent = std::filesystem::path(out).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    temp_ = out + ".tmp." + std::to_string(::getpid());
+    file_ = std::fopen(temp_.c_str(), "wb");
+    if (file_ == nullptr) {
+      throw UserError("cannot create " + temp_ + " (" + std::strerror(errno) + "): check --out's directory");
+    }
+    if (llmc_) {
+      // Placeholder; the real header (with the count) is written on Commit().
+      const std::vector<int32_t> zeros(data::kLlmcHeaderInts, 0);
+      Check(std::fwrite(zeros.data(), 4, zeros.size(), file_) == zeros.size());
+    }
+    buffer_.reserve(kBufferTokens);
+  }
+  ~TokenFileWriter() {
+    if (file_ != nullptr) std::fclose(file_);
+    if (!committed_) std::remove(temp_.c_str());
+  }
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
+
+  void Add(uint16_t token) {
+    buffer_.push_back(token);
+    if (buffer_.size() == kBufferTokens) Flush();
+  }
+  int64_t count() const { return count_ + static_cast<int64_t>(buffer_.size()); }
+
+  void Commit() {
+    Flush();
+    if (llmc_) {
+      int32_t header[data::kLlmcHeaderInts] = {};
+      header[0] = data::kLlmcMagicU16;
+      header[1] = 1;
+      header[2] = static_cast<int32_t>(count_);
+      Check(std::fseek(file_, 0, SEEK_SET) == 0);
+      Check(std::fwrite(header, 4, data::kLlmcHeaderInts, file_) == data::kLlmcHeaderInts);
+    }
+    Check(std::fflush(file_) == 0);
+    Check(::fsync(::fileno(file_)) == 0);
+    const int closed = std::fclose(file_);
+    file_ = nullptr;
+    Check(closed == 0);
+    Check(std::rename(temp_.c_str(), out_.c_str()) == 0);
+    committed_ = true;
+  }
+
+ private:
+  static constexpr size_t kBufferTokens = 1 << 20;
+
+  void Flush() {
+    if (llmc_ && count() > INT32_MAX) {
+      throw UserError("more than 2^31 - 1 tokens do not fit llm.c's int32 header count: use --format raw-u16");
+    }
+    Check(std::fwrite(buffer_.data(), 2, buffer_.size(), file_) == buffer_.size());
+    count_ += static_cast<int64_t>(buffer_.size());
+    buffer_.clear();
+  }
+  void Check(bool ok) {
+    if (!ok) throw UserError("cannot write " + temp_ + " (" + std::strerror(errno) + "): check free space");
+  }
+
+  std::string out_;
+  std::string temp_;
+  bool llmc_;
+  std::FILE* file_ = nullptr;
+  std::vector<uint16_t> buffer_;
+  int64_t count_ = 0;  // tokens flushed
+  bool committed_ = false;
+};
+
+// Appends one input file's documents; returns how many it ended.
+int64_t TokenizeFile(const std::string& path, const std::string& separator_line, TokenFileWriter& writer) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError("cannot read input file '" + path + "' (" + std::strerror(errno) + ")");
+  int64_t documents = 0;
+  bool document_open = false;  // bytes written since the last end-of-text
+  auto end_document = [&] {
+    if (!document_open) return;  // no empty documents: never two end-of-texts in a row
+    writer.Add(kEndOfText);
+    ++documents;
+    document_open = false;
+  };
+  if (separator_line.empty()) {
+    std::vector<char> chunk(1 << 20);
+    while (in) {
+      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      const std::streamsize n = in.gcount();
+      for (std::streamsize i = 0; i < n; ++i) writer.Add(static_cast<unsigned char>(chunk[i]));
+      if (n > 0) document_open = true;
+    }
+  } else {
+    std::string line;
+    while (std::getline(in, line)) {
+      const bool had_newline = !in.eof();  // getline stops at '\n' or at the end
+      std::string bare = line;
+      if (!bare.empty() && bare.back() == '\r') bare.pop_back();
+      if (bare == separator_line) {
+        end_document();
+        continue;
+      }
+      for (char c : line) writer.Add(static_cast<unsigned char>(c));
+      if (had_newline) writer.Add('\n');
+      document_open = true;
+    }
+  }
+  if (in.bad()) throw UserError("error reading input file '" + path + "'");
+  end_document();
+  return documents;
+}
+
+void RunPrepare(const PrepareOptions& options) {
+  // Check every input before creating anything, so a typo costs nothing.
+  for (const std::string& input : options.inputs) {
+    std::error_code ec;
+    const auto status = std::filesystem::status(input, ec);
+    if (!std::filesystem::exists(status)) throw UserError("input file '" + input + "' not found");
+    if (std::filesystem::is_directory(status)) {
+      throw UserError("input '" + input + "' is a directory: pass the text files in it (e.g. " + input + "/*)");
+    }
+    if (std::filesystem::exists(options.out) && std::filesystem::equivalent(input, options.out, ec)) {
+      throw UserError("input '" + input + "' is also --out: write the token file elsewhere");
+    }
+  }
+  TokenFileWriter writer(options.out, options.format == "llmc");
+  int64_t documents = 0;
+  for (const std::string& input : options.inputs) documents += TokenizeFile(input, options.separator_line, writer);
+  if (writer.count() == 0) throw UserError("the input files hold no text: nothing to write to " + options.out);
+  const int64_t tokens = writer.count();
+  writer.Commit();
+  std::cout << "llmplan: wrote " << tokens << " tokens (" << documents << " documents, byte-level vocab 257) to "
+            << options.out << " (" << (options.format == "llmc" ? "llm.c uint16" : "raw uint16") << ")\n";
+}
+
+}  // namespace
+
+void AddDataCommand(CLI::App& app) {
+  CLI::App* data = app.add_subcommand("data", "Prepare token files for llmplan run");
+  data->require_subcommand(1);
+  CLI::App* prepare = data->add_subcommand(
+      "prepare",
+      "Tokenize text files into a token file with a byte-level tokenizer: token = byte value 0..255, "
+      "256 = end of text after every document (vocab 257; any model with vocab >= 257 trains on it). "
+      "Output: llm.c's headered .bin (magic 20240520, version 1, uint16 tokens, header[2] = token count) "
+      "or raw uint16 (nanoGPT). For real training use the model's own tokenizer instead.");
+  auto options = std::make_shared<PrepareOptions>();
+  prepare->add_option("--out,-o", options->out, "Token file to write (replaced atomically when complete)")
+      ->required();
+  prepare->add_option("--format", options->format, "llmc (headered, default) or raw-u16")
+      ->check(CLI::IsMember({"llmc", "raw-u16"}));
+  prepare->add_option("--split-on-line", options->separator_line,
+                      "Also end a document at every line that is exactly this text (dropped), e.g. % for "
+                      "fortune files; by default each file is one document");
+  prepare->add_option("files", options->inputs, "Text files to tokenize, in order")->required();
+  prepare->callback([options] { RunPrepare(*options); });
+}
+
+}  // namespace llmplan::cli
