@@ -1,6 +1,183 @@
+// llmplan estimate: the planner. Answers "will it fit, how, how fast, at what
+// cost" for a model on a number of GPUs, and writes the chosen plan.
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <string>
+
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "planner/plan_search.h"
+#include "planner/user_error.h"
+#include "simulator/evaluate.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/report.h"
+
 namespace llmplan::cli {
-void AddEstimateCommand(CLI::App& app) { app.add_subcommand("estimate", "plan"); }
-void AddSimulateCommand(CLI::App& app) { app.add_subcommand("simulate", "simulate"); }
+
+namespace {
+
+struct EstimateOptions {
+  std::string model;
+  std::string gpus = "8";
+  std::string gpu = "h100-sxm-80g";
+  int64_t seq = 4096;
+  int64_t global_batch = 0;
+  double global_batch_tokens = 0;
+  std::string strategy, checkpoint_layers, offload;
+  int64_t micro_batch = 0, grad_accum = 0;
+  int shard_group = 0, gpus_per_node = 0, max_gpus = 16384, prefetch = 1;
+  double train_tokens = 0, target_days = 0;
+  double lr = -1;
+  int64_t warmup = -1, decay = -1, loss_chunk = 1024;
+  bool json = false;
+  std::string out;
+};
+
+int ParseGpus(const std::string& text) {
+  if (text == "auto") return 0;
+  if (text.empty() || text.size() > 7 || text.find_first_not_of("0123456789") != std::string::npos)
+    throw UserError("--gpus must be a positive whole number or 'auto' (got '" + text + "')");
+  int g = std::stoi(text);
+  if (g < 1) throw UserError("--gpus must be at least 1 (or 'auto')");
+  return g;
 }
+
+void Run(const EstimateOptions& o) {
+  auto started = std::chrono::steady_clock::now();
+  SearchRequest req;
+  req.model = LoadModelSpec(o.model);
+  HardwareProfile profile = LoadHardwareProfile(o.gpu);
+  req.profile = o.gpu;
+  req.gpus = ParseGpus(o.gpus);
+  req.max_gpus = o.max_gpus;
+  if (o.gpus_per_node < 0 || o.gpus_per_node > 1024) throw UserError("--gpus-per-node must be between 1 and 1024");
+  req.gpus_per_node = o.gpus_per_node;
+  if (o.seq < 1 || o.seq > (int64_t{1} << 22)) throw UserError("--seq must be between 1 and 4194304");
+  req.seq_len = o.seq;
+  if (o.global_batch < 0 || o.global_batch_tokens < 0) throw UserError("--global-batch must be positive");
+  req.global_batch = o.global_batch;
+  if (o.global_batch_tokens > 0) {
+    if (o.global_batch > 0) throw UserError("give --global-batch or --global-batch-tokens, not both");
+    double seqs = o.global_batch_tokens / static_cast<double>(o.seq);
+    if (seqs < 1 || seqs != static_cast<double>(static_cast<int64_t>(seqs)))
+      throw UserError("--global-batch-tokens must be a whole multiple of --seq (" + std::to_string(o.seq) + ")");
+    req.global_batch = static_cast<int64_t>(seqs);
+  }
+  if (o.train_tokens < 0 || o.target_days < 0) throw UserError("--train-tokens and --target-days must be positive");
+  req.train_tokens = o.train_tokens;
+  req.target_days = o.target_days;
+  if (!o.strategy.empty()) req.strategy = ParseStrategy(o.strategy);
+  if (o.shard_group != 0) {
+    if (o.shard_group < 1) throw UserError("--shard-group must be positive");
+    req.shard_group_size = o.shard_group;
+    if (!req.strategy) req.strategy = ShardingStrategy::kHybridShard;
+  }
+  if (o.micro_batch != 0) {
+    if (o.micro_batch < 1 || o.micro_batch > 65536) throw UserError("--micro-batch must be between 1 and 65536");
+    req.micro_batch = o.micro_batch;
+  }
+  if (o.grad_accum != 0) {
+    if (o.grad_accum < 1 || o.grad_accum > 65536) throw UserError("--grad-accum must be between 1 and 65536");
+    req.grad_accum = o.grad_accum;
+  }
+  if (!o.checkpoint_layers.empty()) req.checkpoint_layers = ParseLayerList(o.checkpoint_layers, req.model.layers);
+  if (!o.offload.empty()) req.offload = ParseOffload(o.offload);
+  if (o.prefetch < 0 || o.prefetch > 8) throw UserError("--prefetch must be between 0 and 8");
+  req.prefetch_depth = o.prefetch;
+  if (o.loss_chunk < 1) throw UserError("--loss-chunk must be positive");
+  req.loss_chunk_tokens = o.loss_chunk;
+  if (o.lr >= 0) req.optimizer.lr = o.lr;
+  if (o.warmup >= 0) req.optimizer.warmup_steps = o.warmup;
+  if (o.decay >= 0) req.optimizer.decay_steps = o.decay;
+  if (req.gpus > 0 && req.shard_group_size && req.gpus % *req.shard_group_size != 0)
+    throw UserError("--shard-group " + std::to_string(*req.shard_group_size) + " must divide --gpus " + o.gpus);
+
+  SearchResult r = SearchPlans(req, profile, [&](const Plan& p) { return EvaluatePlan(p, profile); });
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+
+  if (o.json) {
+    nlohmann::json j = EstimateToJson(r.best, profile);
+    j["found"] = r.found;
+    j["train"] = {{"tokens", r.train_tokens}, {"seconds", r.train_seconds}, {"cost_usd", r.train_cost}};
+    nlohmann::json alts = nlohmann::json::array();
+    for (const auto& a : r.alternatives) {
+      nlohmann::json aj = EstimateToJson(a.estimate, profile);
+      aj["reason"] = a.reason;
+      alts.push_back(aj);
+    }
+    j["alternatives"] = alts;
+    j["search"] = {{"plans_evaluated", r.evaluated}, {"milliseconds", ms}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    const ModelSpec& m = req.model;
+    std::cout << "llmplan estimate: " << m.name << " (" << WithCommas(static_cast<double>(m.TotalParams()))
+              << " parameters) on " << r.best.plan.gpus << " x " << profile.name << ", seq " << req.seq_len << "\n";
+    std::cout << "profile: " << profile.source.substr(0, 110) << (profile.source.size() > 110 ? "..." : "") << "\n\n";
+    PrintEstimate(std::cout, r.best, profile);
+    if (r.found) {
+      std::cout << "\nTraining " << WithCommas(r.train_tokens) << " tokens"
+                << (req.train_tokens > 0 ? "" : " (20 per parameter)") << ": " << FormatSeconds(r.train_seconds);
+      if (r.train_cost > 0) std::cout << ", about $" << WithCommas(r.train_cost) << " at $" << profile.price_per_gpu_hour
+                                      << "/GPU-hour";
+      std::cout << "\n";
+    }
+    if (!r.alternatives.empty()) {
+      std::cout << "\nAlternatives\n";
+      for (size_t i = 0; i < r.alternatives.size(); ++i) {
+        const auto& a = r.alternatives[i];
+        const Plan& p = a.estimate.plan;
+        char line[512];
+        std::string what = StrategyName(p.strategy) +
+                           (p.strategy == ShardingStrategy::kHybridShard ? "(" + std::to_string(p.shard_group_size) + ")" : "") +
+                           ", mb " + std::to_string(p.micro_batch) + " x ga " + std::to_string(p.grad_accum) +
+                           ", ckpt " + std::to_string(p.checkpoint_layers.size()) + "/" + std::to_string(p.model.layers) +
+                           ", offload " + OffloadName(p.offload);
+        std::snprintf(line, sizeof line, "  %zu. %-58s %9s tok/s/GPU  %s\n", i + 1, what.c_str(),
+                      a.estimate.fits ? WithCommas(a.estimate.tokens_per_second_per_gpu).c_str() : "-",
+                      a.reason.c_str());
+        std::cout << line;
+      }
+    }
+    std::cout << "\n(" << r.evaluated << " plans simulated in " << static_cast<int>(ms + 0.5) << " ms)\n";
+  }
+  if (!r.found) throw UserError(r.why_none + "; try more GPUs (--gpus auto), --offload optimizer, or a shorter --seq");
+  if (!o.out.empty()) {
+    SavePlan(r.best.plan, o.out);
+    if (!o.json) std::cout << "plan written to " << o.out << "\n";
+  }
+}
+
+}  // namespace
+
+void AddEstimateCommand(CLI::App& app) {
+  auto o = std::make_shared<EstimateOptions>();
+  CLI::App* cmd = app.add_subcommand("estimate", "Plan training: memory, time, throughput and the best plan");
+  cmd->add_option("--model", o->model, "Preset name (llama3-8b, ...) or path to a Hugging Face config.json")->required();
+  cmd->add_option("--gpus", o->gpus, "Number of GPUs, or 'auto' for the fewest that fit")->capture_default_str();
+  cmd->add_option("--gpu", o->gpu, "Hardware profile name (profiles/*.json) or path")->capture_default_str();
+  cmd->add_option("--seq", o->seq, "Sequence length in tokens")->capture_default_str();
+  cmd->add_option("--global-batch", o->global_batch, "Sequences per optimizer step over all GPUs (default: free)");
+  cmd->add_option("--global-batch-tokens", o->global_batch_tokens, "Tokens per optimizer step (alternative form)");
+  cmd->add_option("--strategy", o->strategy, "Pin: full_shard | shard_grad_op | no_shard | hybrid_shard");
+  cmd->add_option("--shard-group", o->shard_group, "Pin: GPUs per shard group (hybrid_shard)");
+  cmd->add_option("--micro-batch", o->micro_batch, "Pin: sequences per GPU per forward/backward");
+  cmd->add_option("--grad-accum", o->grad_accum, "Pin: micro-batches per optimizer step");
+  cmd->add_option("--checkpoint-layers", o->checkpoint_layers, "Pin: none | all | list such as 0,3-5");
+  cmd->add_option("--offload", o->offload, "Pin: none | optimizer | params | optimizer+params");
+  cmd->add_option("--prefetch", o->prefetch, "Units gathered ahead of compute")->capture_default_str();
+  cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (default: the profile's)");
+  cmd->add_option("--max-gpus", o->max_gpus, "Upper bound for --gpus auto")->capture_default_str();
+  cmd->add_option("--train-tokens", o->train_tokens, "Tokens to train, for time and cost (default 20 per parameter)");
+  cmd->add_option("--target-days", o->target_days, "With --gpus auto: also finish --train-tokens within this time");
+  cmd->add_option("--loss-chunk", o->loss_chunk, "Tokens per chunk of the cross-entropy")->capture_default_str();
+  cmd->add_option("--lr", o->lr, "Peak learning rate recorded in the plan");
+  cmd->add_option("--warmup-steps", o->warmup, "Warm-up steps recorded in the plan");
+  cmd->add_option("--decay-steps", o->decay, "Cosine decay length recorded in the plan");
+  cmd->add_flag("--json", o->json, "Print JSON instead of text");
+  cmd->add_option("-o,--out", o->out, "Write the chosen plan to this file (for simulate and run)");
+  cmd->callback([o] { Run(*o); });
+}
+
+}  // namespace llmplan::cli

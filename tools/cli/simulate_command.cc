@@ -1,0 +1,63 @@
+// llmplan simulate: interprets a plan's step program on virtual streams and
+// reports step time, exposed communication, per-stream busy time and the
+// memory peak; optionally writes a Chrome/Perfetto trace.
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "planner/user_error.h"
+#include "simulator/evaluate.h"
+#include "simulator/trace.h"
+#include "tools/cli/commands.h"
+#include "tools/cli/report.h"
+
+namespace llmplan::cli {
+
+namespace {
+
+struct SimulateOptions {
+  std::string plan, gpu, trace;
+  bool json = false;
+};
+
+void Run(const SimulateOptions& o) {
+  Plan plan = LoadPlan(o.plan);
+  HardwareProfile profile = LoadHardwareProfile(o.gpu.empty() ? plan.profile : o.gpu);
+  Evaluation ev = EvaluatePlanInDetail(plan, profile, /*record_timeline=*/!o.trace.empty());
+  const Estimate& e = ev.estimate;
+  if (!o.trace.empty()) {
+    const PersistentMemory& pm = ev.program.persistent;
+    double persistent = pm.param_shards + pm.grad_shards + pm.optimizer_state + pm.compute_params + pm.workspaces;
+    PredictedTrace(ev.program, ev.simulation, persistent).Write(o.trace);
+  }
+  if (o.json) {
+    nlohmann::json j = EstimateToJson(e, profile);
+    j["simulation"] = {{"ops", ev.program.ops.size()},
+                       {"exposed_communication_s", ev.simulation.exposed_communication_seconds},
+                       {"peak_time_s", ev.simulation.peak_time}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << "llmplan simulate: " << plan.model.name << " on " << plan.gpus << " x " << profile.name << ", "
+              << ev.program.ops.size() << " operations per step\n\n";
+    PrintEstimate(std::cout, e, profile);
+    std::cout << "\nMemory peak at " << FormatSeconds(ev.simulation.peak_time) << " into the step\n";
+    if (!o.trace.empty()) std::cout << "trace written to " << o.trace << " (open in ui.perfetto.dev)\n";
+  }
+}
+
+}  // namespace
+
+void AddSimulateCommand(CLI::App& app) {
+  auto o = std::make_shared<SimulateOptions>();
+  CLI::App* cmd = app.add_subcommand("simulate", "Simulate one step of a plan on virtual streams");
+  cmd->add_option("--plan", o->plan, "Plan file written by llmplan estimate -o")->required();
+  cmd->add_option("--gpu", o->gpu, "Hardware profile to simulate on (default: the plan's)");
+  cmd->add_option("--trace", o->trace, "Write a Chrome trace-event JSON (Perfetto) here");
+  cmd->add_flag("--json", o->json, "Print JSON instead of text");
+  cmd->callback([o] { Run(*o); });
+}
+
+}  // namespace llmplan::cli

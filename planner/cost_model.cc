@@ -1,0 +1,39 @@
+#include "planner/cost_model.h"
+
+#include <algorithm>
+
+namespace llmplan {
+
+double CostModel::ComputeSeconds(const OpWork& w) const {
+  const HardwareProfile& p = profile_;
+  double s = 0;
+  if (w.gemm_flops > 0) s += w.gemm_flops / p.GemmFlopsPerSecond(w.gemm_min_dim, w.gemm_min_dim, w.gemm_min_dim);
+  if (w.attention_flops > 0)
+    s += w.attention_flops / (w.attention_backward ? p.attention_backward_flops_per_s : p.attention_forward_flops_per_s);
+  if (w.elementwise_bytes > 0) s += w.elementwise_bytes / (p.memory_bandwidth_bytes_per_s * p.elementwise_efficiency);
+  return std::max(s, w.launches * p.kernel_launch_s);
+}
+
+double CostModel::Seconds(const StepOp& op) const {
+  const OpWork& w = op.work;
+  switch (op.kind) {
+    case OpKind::kForward:
+    case OpKind::kRecompute:
+    case OpKind::kBackward:
+    case OpKind::kOptimizerStep: return ComputeSeconds(w);
+    case OpKind::kRelease: return 0;
+    case OpKind::kAllGather:
+      // One rank: the "gather" is a local cast of the master shard.
+      if (w.group_size <= 1) return ComputeSeconds(w);
+      return profile_.CollectiveSeconds(w.collective, w.collective_bytes, w.group_size, w.spans_nodes);
+    case OpKind::kReduceScatter:
+    case OpKind::kAllReduce:
+      return profile_.CollectiveSeconds(w.collective, w.collective_bytes, w.group_size, w.spans_nodes);
+    case OpKind::kCopyToDevice: return w.copy_bytes / profile_.host_to_device_bytes_per_s;
+    case OpKind::kCopyToHost: return w.copy_bytes / profile_.device_to_host_bytes_per_s;
+    case OpKind::kCpuOptimizerStep: return w.cpu_adam_params / profile_.cpu_adam_params_per_s;
+  }
+  return 0;
+}
+
+}  // namespace llmplan

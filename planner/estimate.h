@@ -1,0 +1,61 @@
+// Estimate: what a plan costs — memory per GPU and on the host, time per step,
+// throughput — and whether it fits. One struct, produced by the simulator's
+// EvaluatePlan, ranked by the plan search, printed by `estimate` and
+// `simulate`, and later held against measurements by `compare`.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "planner/hardware_profile.h"
+#include "planner/plan.h"
+
+namespace llmplan {
+
+using NamedBytes = std::vector<std::pair<std::string, double>>;
+using NamedSeconds = std::vector<std::pair<std::string, double>>;
+
+struct MemoryEstimate {
+  // What the caching allocator reports (torch.cuda.max_memory_allocated).
+  double peak_allocated_bytes = 0;
+  // Allocated plus the allocator's fragmentation (max_memory_reserved).
+  double peak_reserved_bytes = 0;
+  // Reserved plus what lives outside the allocator (CUDA context, NCCL buffers):
+  // what must fit in the device.
+  double device_peak_bytes = 0;
+  double capacity_bytes = 0;  // the device's usable memory
+  NamedBytes breakdown;       // terms of peak_allocated, then the rest; sums to device_peak_bytes
+  double host_bytes = 0;      // pinned host memory per GPU (offload)
+  double host_capacity_bytes = 0;
+  NamedBytes host_breakdown;
+};
+
+struct TimeEstimate {
+  double step_seconds = 0;
+  NamedSeconds breakdown;  // forward, backward, recompute, optimizer, exposed communication, ...
+  NamedSeconds stream_busy;  // busy seconds per stream
+};
+
+struct Estimate {
+  Plan plan;
+  MemoryEstimate memory;
+  TimeEstimate time;
+  double tokens_per_second_per_gpu = 0;
+  double mfu = 0;  // PaLM model FLOPs over the profile's bf16 peak
+  double hfu = 0;  // including recompute
+  bool fits = false;
+  std::string why_not;  // when !fits: which term overflowed, by how much
+};
+
+// PaLM convention plus recompute of the checkpointed blocks.
+double HardwareFlopsPerToken(const Plan& plan);
+
+nlohmann::json EstimateToJson(const Estimate& e, const HardwareProfile& profile);
+
+std::string FormatBytes(double bytes);      // "12.3 GiB"
+std::string FormatSeconds(double seconds);  // "812 ms", "3.2 s", "4.1 days"
+
+}  // namespace llmplan

@@ -1,0 +1,363 @@
+#include "planner/plan_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+
+#include "planner/step_program.h"
+#include "planner/user_error.h"
+
+namespace llmplan {
+
+// ---------------------------------------------------------------------------
+// Checkpointed-layer selection
+// ---------------------------------------------------------------------------
+
+double ActivationPeak(const std::vector<LayerCheckpointCost>& layers, const std::vector<bool>& ckpt,
+                      double head_bytes, double working_bytes) {
+  double saved = 0;
+  for (size_t i = 0; i < layers.size(); ++i) saved += ckpt[i] ? layers[i].checkpointed_bytes : layers[i].full_bytes;
+  double peak = saved + head_bytes;  // end of forward: everything saved, plus the loss
+  // Backward runs from the last block down; block j's saved bytes are freed
+  // after its backward, so before it blocks 0..j are all still held.
+  double prefix = saved;
+  for (size_t j = layers.size(); j-- > 0;) {
+    double rebuilt = ckpt[j] ? layers[j].full_bytes - layers[j].checkpointed_bytes : 0;
+    peak = std::max(peak, prefix + rebuilt + working_bytes);
+    prefix -= ckpt[j] ? layers[j].checkpointed_bytes : layers[j].full_bytes;
+  }
+  return peak;
+}
+
+std::vector<bool> ChooseCheckpointLayers(const std::vector<LayerCheckpointCost>& layers, double head_bytes,
+                                         double working_bytes, double budget_bytes, std::vector<bool> ckpt) {
+  const size_t n = layers.size();
+  if (ckpt.size() != n) ckpt.assign(n, false);
+  double peak = ActivationPeak(layers, ckpt, head_bytes, working_bytes);
+  while (peak > budget_bytes) {
+    // Most peak reduction per second of recompute. Ties (identical blocks)
+    // go to the block farthest from those already chosen, which spreads
+    // recompute evenly ("every k-th block") instead of bunching it.
+    int best = -1;
+    double best_gain = 0, best_peak = peak;
+    int best_distance = -1;
+    for (size_t i = 0; i < n; ++i) {
+      if (ckpt[i]) continue;
+      ckpt[i] = true;
+      double p = ActivationPeak(layers, ckpt, head_bytes, working_bytes);
+      ckpt[i] = false;
+      double gain = (peak - p) / std::max(layers[i].recompute_seconds, 1e-12);
+      if (peak - p <= peak * 1e-12) continue;  // lowers nothing (e.g. the last block)
+      int distance = static_cast<int>(n);
+      for (size_t j = 0; j < n; ++j)
+        if (ckpt[j]) distance = std::min(distance, static_cast<int>(i > j ? i - j : j - i));
+      bool better = best < 0 || gain > best_gain * (1 + 1e-9) ||
+                    (gain >= best_gain * (1 - 1e-9) && distance > best_distance);
+      if (better) {
+        best = static_cast<int>(i);
+        best_gain = gain;
+        best_peak = p;
+        best_distance = distance;
+      }
+    }
+    if (best < 0) break;  // nothing left that helps
+    ckpt[best] = true;
+    peak = best_peak;
+  }
+  return ckpt;
+}
+
+// ---------------------------------------------------------------------------
+// Search
+// ---------------------------------------------------------------------------
+
+namespace {
+
+struct Choice {
+  ShardingStrategy strategy;
+  int group;
+  int64_t micro_batch;
+  int64_t grad_accum;
+  Offload offload;
+};
+
+std::vector<int64_t> Divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i * i <= n; ++i)
+    if (n % i == 0) {
+      d.push_back(i);
+      if (i != n / i) d.push_back(n / i);
+    }
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+class Searcher {
+ public:
+  Searcher(const SearchRequest& r, const HardwareProfile& p, const PlanEvaluator& e) : req_(r), profile_(p), eval_(e) {}
+
+  int evaluated = 0;
+
+  Plan BasePlan(int gpus) const {
+    Plan plan;
+    plan.model = req_.model;
+    plan.profile = req_.profile;
+    plan.gpus = gpus;
+    plan.gpus_per_node = req_.gpus_per_node > 0 ? req_.gpus_per_node : profile_.gpus_per_node;
+    plan.seq_len = req_.seq_len;
+    plan.optimizer = req_.optimizer;
+    plan.prefetch_depth = req_.prefetch_depth;
+    plan.loss_chunk_tokens = req_.loss_chunk_tokens;
+    return plan;
+  }
+
+  std::vector<Choice> Choices(int gpus) const {
+    std::vector<std::pair<ShardingStrategy, int>> strategies;
+    auto add_strategy = [&](ShardingStrategy s) {
+      if (s == ShardingStrategy::kHybridShard) {
+        std::vector<int> groups;
+        if (req_.shard_group_size) {
+          groups.push_back(*req_.shard_group_size);
+        } else {
+          int gpn = req_.gpus_per_node > 0 ? req_.gpus_per_node : profile_.gpus_per_node;
+          for (int g = 2; g < gpus; g *= 2)
+            if (gpus % g == 0 && (g <= gpn || g % gpn == 0)) groups.push_back(g);
+          if (gpus % gpn == 0 && gpn < gpus && std::find(groups.begin(), groups.end(), gpn) == groups.end())
+            groups.push_back(gpn);
+        }
+        for (int g : groups) strategies.emplace_back(s, g);
+      } else {
+        int g = s == ShardingStrategy::kNoShard ? 1 : gpus;
+        strategies.emplace_back(s, g);
+      }
+    };
+    if (req_.strategy) {
+      add_strategy(*req_.strategy);
+    } else {
+      add_strategy(ShardingStrategy::kFullShard);
+      if (gpus > 1) {
+        add_strategy(ShardingStrategy::kShardGradOp);
+        add_strategy(ShardingStrategy::kHybridShard);
+      }
+      add_strategy(ShardingStrategy::kNoShard);
+    }
+
+    std::vector<std::pair<int64_t, int64_t>> batches;  // (micro_batch, grad_accum)
+    if (req_.global_batch > 0) {
+      if (req_.global_batch % gpus != 0)
+        throw UserError("--global-batch " + std::to_string(req_.global_batch) + " is not a multiple of " +
+                        std::to_string(gpus) + " GPUs; use a multiple such as " +
+                        std::to_string((req_.global_batch / gpus + 1) * gpus));
+      int64_t per_gpu = req_.global_batch / gpus;
+      for (int64_t mb : Divisors(per_gpu)) {
+        if (mb > 256) break;
+        if (req_.micro_batch && mb != *req_.micro_batch) continue;
+        if (req_.grad_accum && per_gpu / mb != *req_.grad_accum) continue;
+        batches.emplace_back(mb, per_gpu / mb);
+      }
+      if (batches.empty())
+        throw UserError("no micro-batch x grad-accum gives " + std::to_string(per_gpu) +
+                        " sequences per GPU with the pinned values; change --micro-batch, --grad-accum or --global-batch");
+    } else {
+      int64_t ga = req_.grad_accum.value_or(1);
+      if (req_.micro_batch) {
+        batches.emplace_back(*req_.micro_batch, ga);
+      } else {
+        for (int64_t mb = 1; mb <= 64; mb *= 2) batches.emplace_back(mb, ga);
+      }
+    }
+    std::vector<Offload> offloads;
+    if (req_.offload) offloads = {*req_.offload};
+    else offloads = {Offload::kNone, Offload::kOptimizer, Offload::kParams, Offload::kOptimizerAndParams};
+
+    std::vector<Choice> out;
+    for (auto [s, g] : strategies)
+      for (auto [mb, ga] : batches)
+        for (Offload o : offloads) out.push_back({s, g, mb, ga, o});
+    return out;
+  }
+
+  Estimate Evaluate(const Plan& p) {
+    ++evaluated;
+    return eval_(p);
+  }
+
+  // The cheapest-recompute checkpoint set that fits, judged by the evaluator.
+  Estimate FitCheckpoints(Plan plan) {
+    Estimate e = Evaluate(plan);
+    if (e.fits || req_.checkpoint_layers) return e;
+    const int L = static_cast<int>(plan.model.layers);
+    auto act = BlockActivations(plan.model, plan.micro_batch, plan.seq_len);
+    // Identical blocks cost the same to recompute; unit cost suffices to rank.
+    std::vector<LayerCheckpointCost> layers(L, {act.full, act.checkpointed, 1.0});
+    double t = static_cast<double>(plan.micro_batch * plan.seq_len);
+    double head = t * 6 * plan.model.hidden +
+                  std::min<double>(plan.loss_chunk_tokens, t) * static_cast<double>(plan.model.vocab) * 10;
+    std::vector<bool> ckpt(L, false);
+    double peak = ActivationPeak(layers, ckpt, head, act.working);
+    double need = 0;  // activation bytes still to shed
+    Estimate last = e;
+    for (int round = 0; round < 2 * L + 4; ++round) {
+      double excess = last.memory.device_peak_bytes - last.memory.capacity_bytes;
+      if (last.memory.host_bytes > last.memory.host_capacity_bytes) return last;  // recompute cannot help the host
+      need += excess / (1 + profile_.fragmentation) + act.full * 1e-3;
+      std::vector<bool> next = ChooseCheckpointLayers(layers, head, act.working, peak - need, ckpt);
+      if (next == ckpt) return last;  // every useful block is already checkpointed
+      ckpt = next;
+      plan.checkpoint_layers.clear();
+      for (int i = 0; i < L; ++i)
+        if (ckpt[i]) plan.checkpoint_layers.push_back(i);
+      last = Evaluate(plan);
+      if (last.fits) return last;
+    }
+    return last;
+  }
+
+  struct AtCount {
+    std::vector<Estimate> feasible, infeasible;
+  };
+
+  AtCount SearchAt(int gpus) {
+    AtCount out;
+    for (const Choice& c : Choices(gpus)) {
+      Plan plan = BasePlan(gpus);
+      plan.strategy = c.strategy;
+      plan.shard_group_size = c.group;
+      plan.micro_batch = c.micro_batch;
+      plan.grad_accum = c.grad_accum;
+      plan.offload = c.offload;
+      if (req_.checkpoint_layers) plan.checkpoint_layers = *req_.checkpoint_layers;
+      if (gpus == 1 && c.strategy == ShardingStrategy::kHybridShard) continue;
+      plan.Validate();
+      Estimate e = FitCheckpoints(plan);
+      (e.fits ? out.feasible : out.infeasible).push_back(std::move(e));
+    }
+    auto faster = [](const Estimate& a, const Estimate& b) {
+      if (a.tokens_per_second_per_gpu != b.tokens_per_second_per_gpu)
+        return a.tokens_per_second_per_gpu > b.tokens_per_second_per_gpu;
+      return a.memory.device_peak_bytes < b.memory.device_peak_bytes;
+    };
+    std::sort(out.feasible.begin(), out.feasible.end(), faster);
+    std::sort(out.infeasible.begin(), out.infeasible.end(), [](const Estimate& a, const Estimate& b) {
+      return a.memory.device_peak_bytes - a.memory.capacity_bytes < b.memory.device_peak_bytes - b.memory.capacity_bytes;
+    });
+    return out;
+  }
+
+ private:
+  const SearchRequest& req_;
+  const HardwareProfile& profile_;
+  const PlanEvaluator& eval_;
+};
+
+std::string Describe(const Plan& p) {
+  std::string s = StrategyName(p.strategy);
+  if (p.strategy == ShardingStrategy::kHybridShard) s += "(" + std::to_string(p.shard_group_size) + ")";
+  s += ", mb " + std::to_string(p.micro_batch) + " x ga " + std::to_string(p.grad_accum);
+  s += ", ckpt " + std::to_string(p.checkpoint_layers.size()) + "/" + std::to_string(p.model.layers);
+  s += ", offload " + OffloadName(p.offload);
+  return s;
+}
+
+std::string SlowerReason(const Estimate& alt, const Estimate& best) {
+  char buf[256];
+  double slower = 1 - alt.tokens_per_second_per_gpu / best.tokens_per_second_per_gpu;
+  // Name the time term that grew most against the best plan.
+  std::string term;
+  double grew = 0;
+  for (const auto& [name, seconds] : alt.time.breakdown) {
+    double base = 0;
+    for (const auto& [n2, s2] : best.time.breakdown)
+      if (n2 == name) base = s2;
+    double per_token_alt = seconds / (alt.plan.micro_batch * alt.plan.grad_accum);
+    double per_token_best = base / (best.plan.micro_batch * best.plan.grad_accum);
+    if (per_token_alt - per_token_best > grew) {
+      grew = per_token_alt - per_token_best;
+      term = name;
+    }
+  }
+  std::snprintf(buf, sizeof buf, "%.1f%% slower", 100 * slower);
+  std::string r = buf;
+  if (!term.empty()) r += " (more " + term + " per sequence)";
+  return r;
+}
+
+}  // namespace
+
+SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profile, const PlanEvaluator& evaluate) {
+  req.model.Validate();
+  if (req.seq_len < 1 || req.seq_len > (int64_t{1} << 22)) throw UserError("--seq must be between 1 and 4194304");
+  if (req.global_batch < 0) throw UserError("--global-batch must be positive");
+  if (req.micro_batch && (*req.micro_batch < 1 || *req.micro_batch > 65536))
+    throw UserError("--micro-batch must be between 1 and 65536");
+  if (req.grad_accum && (*req.grad_accum < 1 || *req.grad_accum > 65536))
+    throw UserError("--grad-accum must be between 1 and 65536");
+  if (req.gpus < 0 || req.gpus > (1 << 20)) throw UserError("--gpus must be between 1 and 1048576, or auto");
+
+  Searcher searcher(req, profile, evaluate);
+  SearchResult result;
+  result.train_tokens = req.train_tokens > 0 ? req.train_tokens : 20.0 * static_cast<double>(req.model.TotalParams());
+
+  auto train_seconds = [&](const Estimate& e) {
+    return result.train_tokens / (e.tokens_per_second_per_gpu * e.plan.gpus);
+  };
+
+  std::vector<int> counts;
+  if (req.gpus > 0) {
+    counts = {req.gpus};
+  } else {
+    int gpn = req.gpus_per_node > 0 ? req.gpus_per_node : profile.gpus_per_node;
+    for (int g = 1; g < gpn; g *= 2) counts.push_back(g);
+    for (int g = gpn; g <= req.max_gpus; g += (g < 8 * gpn ? gpn : g / 8 / gpn * gpn)) counts.push_back(g);
+    if (req.global_batch > 0)
+      counts.erase(std::remove_if(counts.begin(), counts.end(), [&](int g) { return req.global_batch % g != 0; }),
+                   counts.end());
+  }
+
+  Searcher::AtCount at;
+  for (int gpus : counts) {
+    at = searcher.SearchAt(gpus);
+    if (at.feasible.empty()) continue;
+    if (req.gpus == 0 && req.target_days > 0 && train_seconds(at.feasible.front()) > req.target_days * 86400) continue;
+    break;
+  }
+  result.evaluated = searcher.evaluated;
+  if (at.feasible.empty() || (req.gpus == 0 && req.target_days > 0 &&
+                              train_seconds(at.feasible.front()) > req.target_days * 86400)) {
+    result.found = false;
+    if (!at.infeasible.empty()) {
+      result.best = at.infeasible.front();
+      result.why_none = "nothing fits: the closest plan (" + Describe(result.best.plan) + ") needs " +
+                        result.best.why_not;
+    } else {
+      result.why_none = "no plan reaches the target time to train with up to " + std::to_string(req.max_gpus) + " GPUs";
+    }
+    for (size_t i = 1; i < at.infeasible.size() && result.alternatives.size() < 5; ++i)
+      result.alternatives.push_back({at.infeasible[i], at.infeasible[i].why_not});
+    return result;
+  }
+  result.found = true;
+  result.best = at.feasible.front();
+  result.train_seconds = train_seconds(result.best);
+  result.train_cost = result.train_seconds / 3600 * result.best.plan.gpus * profile.price_per_gpu_hour;
+
+  // Alternatives: the best plan of each other (strategy, offload) family, so the
+  // list shows real choices rather than near-copies, then the nearest misses.
+  std::map<std::string, bool> seen;
+  seen[StrategyName(result.best.plan.strategy) + std::to_string(result.best.plan.shard_group_size) +
+       OffloadName(result.best.plan.offload)] = true;
+  for (size_t i = 1; i < at.feasible.size() && result.alternatives.size() < 4; ++i) {
+    const Plan& p = at.feasible[i].plan;
+    std::string key = StrategyName(p.strategy) + std::to_string(p.shard_group_size) + OffloadName(p.offload);
+    if (seen[key]) continue;
+    seen[key] = true;
+    result.alternatives.push_back({at.feasible[i], SlowerReason(at.feasible[i], result.best)});
+  }
+  for (size_t i = 0; i < at.infeasible.size() && result.alternatives.size() < 6; ++i)
+    result.alternatives.push_back({at.infeasible[i], at.infeasible[i].why_not});
+  return result;
+}
+
+}  // namespace llmplan

@@ -1,0 +1,96 @@
+// PlanSearch: chooses the plan with the most tokens per second that fits in
+// memory on every GPU and on the host, over strategy x micro-batch x gradient
+// accumulation x checkpointed layers x offload x GPU grouping, for a target
+// global batch. Any choice can be pinned; the search fills in the rest. It can
+// also answer the reverse question: the fewest GPUs that fit (and reach a
+// target time to train).
+//
+// The search never prices a plan itself: it asks a PlanEvaluator (in practice
+// the simulator's EvaluatePlan), so what the search reports for a plan is what
+// `llmplan simulate` says for it.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/estimate.h"
+#include "planner/hardware_profile.h"
+#include "planner/plan.h"
+
+namespace llmplan {
+
+using PlanEvaluator = std::function<Estimate(const Plan&)>;
+
+struct SearchRequest {
+  ModelSpec model;
+  std::string profile;  // name or path, recorded in the plan
+  int gpus = 8;         // 0: find the fewest that fit (--gpus auto)
+  int max_gpus = 16384;  // upper bound for --gpus auto
+  int gpus_per_node = 0;  // 0: the profile's
+  int64_t seq_len = 4096;
+  // Sequences per optimizer step over all GPUs; 0: free (grad_accum 1, the
+  // micro-batch with the most throughput).
+  int64_t global_batch = 0;
+  double train_tokens = 0;  // for time/cost to train; 0: 20 tokens per parameter (Chinchilla)
+  double target_days = 0;   // with gpus = 0: also reach this time to train
+
+  // Pins (unset: searched).
+  std::optional<ShardingStrategy> strategy;
+  std::optional<int> shard_group_size;
+  std::optional<int64_t> micro_batch;
+  std::optional<int64_t> grad_accum;
+  std::optional<std::vector<int>> checkpoint_layers;
+  std::optional<Offload> offload;
+
+  OptimizerConfig optimizer;
+  int prefetch_depth = 1;
+  int64_t loss_chunk_tokens = 1024;
+};
+
+struct RankedAlternative {
+  Estimate estimate;
+  std::string reason;  // why it lost: "12% slower (...)" or the memory overflow
+};
+
+struct SearchResult {
+  bool found = false;
+  Estimate best;
+  std::vector<RankedAlternative> alternatives;  // best few others, feasible first
+  int evaluated = 0;                            // plans simulated
+  double train_tokens = 0;
+  double train_seconds = 0;  // time to train train_tokens with the best plan
+  double train_cost = 0;     // USD, 0 when the profile has no price
+  std::string why_none;      // when !found
+};
+
+// REQUIRES: request.model is valid. Throws UserError for contradictory pins
+// (e.g. a global batch that is not a multiple of gpus x micro_batch).
+SearchResult SearchPlans(const SearchRequest& request, const HardwareProfile& profile,
+                         const PlanEvaluator& evaluate);
+
+// --- Checkpointed-layer selection (exposed for tests) ---
+// Per block: bytes kept until backward without / with checkpointing, and the
+// seconds recompute costs.
+struct LayerCheckpointCost {
+  double full_bytes = 0;
+  double checkpointed_bytes = 0;
+  double recompute_seconds = 0;
+};
+
+// Peak activation bytes with `checkpointed` (one flag per block): the largest
+// of the forward's end (all saved + `head_bytes`) and each block's backward
+// (the saved bytes of blocks 0..j, plus block j's rebuilt activations if it is
+// checkpointed, plus `working_bytes`).
+double ActivationPeak(const std::vector<LayerCheckpointCost>& layers, const std::vector<bool>& checkpointed,
+                      double head_bytes, double working_bytes);
+
+// Greedily checkpoints the block that lowers ActivationPeak most per second of
+// recompute until the peak is at most `budget_bytes`, starting from `start`.
+// Returns the chosen flags; if the budget cannot be met, checkpoints every
+// block that lowers the peak.
+std::vector<bool> ChooseCheckpointLayers(const std::vector<LayerCheckpointCost>& layers, double head_bytes,
+                                         double working_bytes, double budget_bytes, std::vector<bool> start = {});
+
+}  // namespace llmplan

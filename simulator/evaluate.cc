@@ -1,0 +1,100 @@
+#include "simulator/evaluate.h"
+
+#include <algorithm>
+
+namespace llmplan {
+
+Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile, const StepProgram& program,
+                                const SimulationResult& sim) {
+  Estimate e;
+  e.plan = plan;
+  const PersistentMemory& pm = program.persistent;
+  MemoryEstimate& m = e.memory;
+  auto& b = m.breakdown;
+  // Terms the caching allocator sees, in the order a reader wants them.
+  b = {{"param_shards", pm.param_shards},
+       {"grad_shards", pm.grad_shards},
+       {"optimizer_state", pm.optimizer_state},
+       {"compute_params", pm.compute_params},
+       {"workspaces", pm.workspaces}};
+  for (int c = 0; c < kNumMemoryCategories; ++c)
+    b.emplace_back(MemoryCategoryName(static_cast<MemoryCategory>(c)), sim.at_peak[c]);
+  double allocated = 0;
+  for (const auto& [name, bytes] : b) allocated += bytes;
+  m.peak_allocated_bytes = allocated;
+  m.peak_reserved_bytes = allocated * (1 + profile.fragmentation);
+  b.emplace_back("fragmentation", m.peak_reserved_bytes - allocated);
+  b.emplace_back("cuda_context", pm.cuda_context);
+  b.emplace_back("collective_buffers", pm.collective_buffers);
+  m.device_peak_bytes = m.peak_reserved_bytes + pm.cuda_context + pm.collective_buffers;
+  m.capacity_bytes = profile.memory_bytes * profile.usable_fraction;
+  m.host_breakdown = {{"master_params", program.host.master_params},
+                      {"optimizer_state", program.host.optimizer_state},
+                      {"grad_staging", program.host.grad_staging}};
+  m.host_bytes = program.host.Total();
+  m.host_capacity_bytes = profile.host_memory_bytes;
+
+  e.fits = true;
+  if (m.device_peak_bytes > m.capacity_bytes) {
+    e.fits = false;
+    auto largest = *std::max_element(b.begin(), b.end(), [](auto& x, auto& y) { return x.second < y.second; });
+    e.why_not = "device memory " + FormatBytes(m.device_peak_bytes) + " exceeds " + FormatBytes(m.capacity_bytes) +
+                " by " + FormatBytes(m.device_peak_bytes - m.capacity_bytes) + " (largest term: " + largest.first +
+                " " + FormatBytes(largest.second) + ")";
+  } else if (m.host_bytes > m.host_capacity_bytes) {
+    e.fits = false;
+    e.why_not = "host memory " + FormatBytes(m.host_bytes) + " per GPU exceeds " + FormatBytes(m.host_capacity_bytes) +
+                " by " + FormatBytes(m.host_bytes - m.host_capacity_bytes);
+  }
+
+  // Time: compute seconds by kind (as simulated, contention included), then
+  // what the other streams added to the critical path.
+  double fwd = 0, bwd = 0, recompute = 0, opt = 0;
+  for (const auto& op : program.ops) {
+    double d = sim.ops[op.id].end - sim.ops[op.id].start;
+    switch (op.kind) {
+      case OpKind::kForward: fwd += d; break;
+      case OpKind::kBackward: bwd += d; break;
+      case OpKind::kRecompute: recompute += d; break;
+      case OpKind::kOptimizerStep: opt += d; break;
+      default: break;
+    }
+  }
+  TimeEstimate& t = e.time;
+  t.step_seconds = sim.step_seconds;
+  double compute_busy = sim.busy_seconds[static_cast<int>(StreamKind::kCompute)];
+  t.breakdown = {{"forward", fwd},
+                 {"backward", bwd},
+                 {"recompute", recompute},
+                 {"optimizer", opt},
+                 {"exposed_communication", sim.exposed_communication_seconds},
+                 {"other_idle", std::max(0.0, sim.step_seconds - compute_busy - sim.exposed_communication_seconds)}};
+  for (int s = 0; s < kNumStreams; ++s)
+    t.stream_busy.emplace_back(StreamName(static_cast<StreamKind>(s)), sim.busy_seconds[s]);
+
+  double tokens = static_cast<double>(plan.micro_batch * plan.seq_len * plan.grad_accum);
+  e.tokens_per_second_per_gpu = sim.step_seconds > 0 ? tokens / sim.step_seconds : 0;
+  e.mfu = e.tokens_per_second_per_gpu * plan.model.ModelFlopsPerToken(plan.seq_len) / profile.bf16_peak_flops;
+  e.hfu = e.tokens_per_second_per_gpu * HardwareFlopsPerToken(plan) / profile.bf16_peak_flops;
+  return e;
+}
+
+Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile, bool record_timeline) {
+  Evaluation ev;
+  ev.program = BuildStepProgram(plan, profile);
+  CostModel cost(profile);
+  SimulationOptions options;
+  options.record_timeline = record_timeline;
+  ev.simulation = Simulate(ev.program, cost, options);
+  ev.estimate = EstimateFromSimulation(plan, profile, ev.program, ev.simulation);
+  return ev;
+}
+
+Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile) {
+  StepProgram program = BuildStepProgram(plan, profile);
+  CostModel cost(profile);
+  SimulationResult sim = Simulate(program, cost);
+  return EstimateFromSimulation(plan, profile, program, sim);
+}
+
+}  // namespace llmplan

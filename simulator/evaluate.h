@@ -1,0 +1,27 @@
+// EvaluatePlan: the one way a plan's cost is computed — build its step
+// program, simulate it, and turn the result into an Estimate. `estimate`,
+// `simulate` and the plan search all call it, so they agree to the byte and
+// the microsecond.
+#pragma once
+
+#include "planner/estimate.h"
+#include "planner/step_program.h"
+#include "simulator/simulator.h"
+
+namespace llmplan {
+
+struct Evaluation {
+  StepProgram program;
+  SimulationResult simulation;
+  Estimate estimate;
+};
+
+// REQUIRES: plan.Validate() passes.
+Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile, bool record_timeline = false);
+Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile);
+
+// The Estimate of an already simulated program (used by EvaluatePlan).
+Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile, const StepProgram& program,
+                                const SimulationResult& sim);
+
+}  // namespace llmplan

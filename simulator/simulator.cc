@@ -1,0 +1,134 @@
+#include "simulator/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace llmplan {
+
+namespace {
+
+bool IsCollective(StreamKind s) { return s == StreamKind::kGather || s == StreamKind::kReduce; }
+bool IsCommunication(StreamKind s) {
+  return IsCollective(s) || s == StreamKind::kHostToDevice || s == StreamKind::kDeviceToHost;
+}
+
+struct StreamState {
+  std::vector<int> queue;  // op ids in program order
+  size_t next = 0;
+  int running = -1;
+  double remaining = 0;  // seconds of work left at full speed
+};
+
+}  // namespace
+
+SimulationResult Simulate(const StepProgram& program, const CostModel& cost, const SimulationOptions& options) {
+  const auto& ops = program.ops;
+  const size_t n = ops.size();
+  SimulationResult r;
+  r.ops.assign(n, {});
+  std::array<StreamState, kNumStreams> streams;
+  for (const auto& op : ops) streams[static_cast<int>(op.stream)].queue.push_back(op.id);
+
+  std::vector<char> done(n, 0);
+  std::vector<double> duration(n);
+  for (size_t i = 0; i < n; ++i) duration[i] = cost.Seconds(ops[i]);
+
+  const double slowdown = cost.profile().compute_slowdown_during_collectives;
+  const bool shared_link = cost.profile().copies_share_link;
+  std::array<double, kNumMemoryCategories> current{};
+  double in_use = 0;
+  double now = 0;
+  size_t finished = 0;
+
+  auto apply = [&](const std::vector<MemoryDelta>& deltas) {
+    if (deltas.empty()) return;
+    for (const auto& d : deltas) {
+      current[static_cast<int>(d.category)] += d.bytes;
+      in_use += d.bytes;
+    }
+    if (in_use > r.peak_transient_bytes) {
+      r.peak_transient_bytes = in_use;
+      r.peak_time = now;
+      r.at_peak = current;
+    }
+    if (options.record_timeline) r.timeline.push_back({now, in_use});
+  };
+  auto ready = [&](int id) {
+    for (int d : ops[id].deps)
+      if (!done[d]) return false;
+    return true;
+  };
+  auto finish = [&](StreamState& s) {
+    int id = s.running;
+    r.ops[id].end = now;
+    apply(ops[id].free_at_end);
+    done[id] = 1;
+    ++finished;
+    s.running = -1;
+  };
+
+  // Exposed communication: integrate time where some communication runs and
+  // compute is idle.
+  double exposed = 0;
+  while (finished < n) {
+    // Start everything that can start now; zero-length ops finish at once and
+    // may unblock others, so repeat until nothing changes.
+    bool progressed = true;
+    while (progressed) {
+      progressed = false;
+      for (auto& s : streams) {
+        if (s.running >= 0 || s.next >= s.queue.size()) continue;
+        int id = s.queue[s.next];
+        if (!ready(id)) continue;
+        ++s.next;
+        s.running = id;
+        s.remaining = duration[id];
+        r.ops[id].start = now;
+        apply(ops[id].alloc_at_start);
+        if (s.remaining <= 0) finish(s);
+        progressed = true;
+      }
+    }
+    if (finished == n) break;
+
+    bool collective_running = false, compute_running = false, comm_running = false;
+    bool h2d = streams[static_cast<int>(StreamKind::kHostToDevice)].running >= 0;
+    bool d2h = streams[static_cast<int>(StreamKind::kDeviceToHost)].running >= 0;
+    for (int k = 0; k < kNumStreams; ++k) {
+      if (streams[k].running < 0) continue;
+      auto kind = static_cast<StreamKind>(k);
+      collective_running |= IsCollective(kind);
+      comm_running |= IsCommunication(kind);
+      compute_running |= kind == StreamKind::kCompute;
+    }
+    std::array<double, kNumStreams> rate{};
+    double dt = std::numeric_limits<double>::infinity();
+    for (int k = 0; k < kNumStreams; ++k) {
+      if (streams[k].running < 0) continue;
+      auto kind = static_cast<StreamKind>(k);
+      double v = 1.0;
+      if (kind == StreamKind::kCompute && collective_running) v = 1.0 / (1.0 + slowdown);
+      if (shared_link && h2d && d2h && (kind == StreamKind::kHostToDevice || kind == StreamKind::kDeviceToHost))
+        v = 0.5;
+      rate[k] = v;
+      dt = std::min(dt, streams[k].remaining / v);
+    }
+    if (!std::isfinite(dt)) throw std::logic_error("simulator: step program deadlocked (an op waits on one never run)");
+    now += dt;
+    if (comm_running && !compute_running) exposed += dt;
+    for (int k = 0; k < kNumStreams; ++k) {
+      auto& s = streams[k];
+      if (s.running < 0) continue;
+      r.busy_seconds[k] += dt;
+      s.remaining -= dt * rate[k];
+      if (s.remaining <= 1e-15) finish(s);
+    }
+  }
+  r.step_seconds = now;
+  r.exposed_communication_seconds = exposed;
+  return r;
+}
+
+}  // namespace llmplan

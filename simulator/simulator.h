@@ -1,0 +1,56 @@
+// Simulator: a discrete-event interpreter of a StepProgram. Streams (compute,
+// all-gather, reduce, host->device, device->host, CPU) each run one operation
+// at a time in program order; an operation starts when its stream is free and
+// its dependencies have finished; durations come from the CostModel.
+//
+// Contention: compute runs slower by the profile's
+// compute_slowdown_during_collectives while any collective runs beside it
+// (NCCL kernels take SMs and HBM bandwidth), and when the profile says the two
+// copy directions share one link, each runs at half speed while both run.
+//
+// Ranks are symmetric, so one simulation stands for every GPU: simulating a
+// step costs the same for 8 GPUs or 4,096.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "planner/cost_model.h"
+#include "planner/step_program.h"
+
+namespace llmplan {
+
+struct OpTiming {
+  double start = 0;
+  double end = 0;
+};
+
+struct MemorySample {
+  double time = 0;
+  double bytes = 0;  // transient device bytes in use (above the persistent ones)
+};
+
+struct SimulationOptions {
+  bool record_timeline = false;  // keep every memory change (for traces); off in the search
+};
+
+struct SimulationResult {
+  double step_seconds = 0;
+  std::array<double, kNumStreams> busy_seconds{};  // per StreamKind
+  // Time during which a collective or copy runs while the compute stream has
+  // nothing it can run: communication that prefetching failed to hide.
+  double exposed_communication_seconds = 0;
+  std::vector<OpTiming> ops;  // indexed by StepOp::id
+
+  double peak_transient_bytes = 0;  // max over time of the op-stream allocations
+  double peak_time = 0;
+  std::array<double, kNumMemoryCategories> at_peak{};  // per MemoryCategory at that moment
+  std::vector<MemorySample> timeline;                  // when record_timeline
+};
+
+// REQUIRES: every dependency of an op precedes it in `program.ops`.
+// Throws std::logic_error if the program deadlocks (a builder bug).
+SimulationResult Simulate(const StepProgram& program, const CostModel& cost, const SimulationOptions& options = {});
+
+}  // namespace llmplan

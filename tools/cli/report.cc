@@ -1,0 +1,86 @@
+#include "tools/cli/report.h"
+
+#include <cstdio>
+#include <string>
+
+namespace llmplan::cli {
+
+std::string WithCommas(double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f", value);
+  std::string digits = buf, out;
+  size_t start = digits[0] == '-' ? 1 : 0;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    out += digits[i];
+    size_t left = digits.size() - 1 - i;
+    if (i >= start && left > 0 && left % 3 == 0) out += ',';
+  }
+  return out;
+}
+
+namespace {
+
+std::string Row(const std::string& label, const std::string& value) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "  %-22s %s\n", label.c_str(), value.c_str());
+  return buf;
+}
+
+std::string Percent(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * x);
+  return buf;
+}
+
+}  // namespace
+
+void PrintEstimate(std::ostream& out, const Estimate& e, const HardwareProfile& profile) {
+  const Plan& p = e.plan;
+  out << "Plan\n";
+  std::string strategy = StrategyName(p.strategy);
+  if (p.strategy == ShardingStrategy::kHybridShard)
+    strategy += " (shard groups of " + std::to_string(p.shard_group_size) + ", " + std::to_string(p.ReplicaGroups()) +
+                " replicas)";
+  else if (p.strategy != ShardingStrategy::kNoShard)
+    strategy += " (over " + std::to_string(p.shard_group_size) + " GPUs)";
+  out << Row("strategy", strategy);
+  out << Row("micro-batch", std::to_string(p.micro_batch) + " x grad-accum " + std::to_string(p.grad_accum) + " x " +
+                                std::to_string(p.gpus) + " GPUs = " + std::to_string(p.GlobalBatch()) + " sequences (" +
+                                WithCommas(static_cast<double>(p.TokensPerStep())) + " tokens) per step");
+  out << Row("checkpointed blocks", std::to_string(p.checkpoint_layers.size()) + " of " +
+                                        std::to_string(p.model.layers) + ": " + FormatLayerList(p.checkpoint_layers));
+  out << Row("offload", OffloadName(p.offload));
+  out << Row("prefetch", std::to_string(p.prefetch_depth) + " unit(s) ahead");
+
+  const MemoryEstimate& m = e.memory;
+  out << "\nMemory per GPU at peak\n";
+  for (const auto& [name, bytes] : m.breakdown)
+    if (bytes > 0) out << Row(name, FormatBytes(bytes));
+  out << Row("= allocated", FormatBytes(m.peak_allocated_bytes));
+  out << Row("= reserved", FormatBytes(m.peak_reserved_bytes) + " (fragmentation " + Percent(profile.fragmentation) + ")");
+  out << Row("= device total", FormatBytes(m.device_peak_bytes) + " of " + FormatBytes(m.capacity_bytes) + " usable" +
+                                   (m.device_peak_bytes <= m.capacity_bytes ? "  [fits]" : "  [DOES NOT FIT]"));
+  if (m.host_bytes > 0) {
+    for (const auto& [name, bytes] : m.host_breakdown)
+      if (bytes > 0) out << Row("host " + name, FormatBytes(bytes));
+    out << Row("= host pinned", FormatBytes(m.host_bytes) + " of " + FormatBytes(m.host_capacity_bytes) + " per GPU" +
+                                    (m.host_bytes <= m.host_capacity_bytes ? "  [fits]" : "  [DOES NOT FIT]"));
+  }
+
+  out << "\nTime per step\n";
+  for (const auto& [name, seconds] : e.time.breakdown)
+    if (seconds > 0) out << Row(name, FormatSeconds(seconds));
+  out << Row("= step", FormatSeconds(e.time.step_seconds));
+  std::string busy;
+  for (const auto& [name, seconds] : e.time.stream_busy)
+    if (seconds > 0) busy += (busy.empty() ? "" : ", ") + name + " " + FormatSeconds(seconds);
+  out << Row("streams busy", busy);
+
+  out << "\nThroughput\n";
+  out << Row("tokens/s/GPU", WithCommas(e.tokens_per_second_per_gpu) + " (" +
+                                 WithCommas(e.tokens_per_second_per_gpu * p.gpus) + " on " + std::to_string(p.gpus) +
+                                 " GPUs)");
+  out << Row("MFU", Percent(e.mfu) + " (HFU with recompute " + Percent(e.hfu) + ")");
+}
+
+}  // namespace llmplan::cli
