@@ -3,7 +3,7 @@
 # Used by tools/setup.sh and tools/test.sh; safe to run repeatedly.
 set -euo pipefail
 packages=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libeigen3-dev libgtest-dev googletest
-          libbenchmark-dev libtorch-dev libgloo-dev python3)
+          libbenchmark-dev libtorch-dev libgloo-dev python3 fortunes)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Run THERE (the GPU machine, in the repository root copied by the device
+# tool, with .deps carried: see tools/device/gather_deps.sh). Configures and
+# builds llmplan with CUDA and NCCL into build-gpu/ with Ninja, against the
+# LibTorch and NCCL of the machine's python torch wheel. Extra arguments go to
+# CMake (e.g. -DCMAKE_BUILD_TYPE=RelWithDebInfo).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+build="${LLMPLAN_GPU_BUILD_DIR:-$root/build-gpu}"
+# NVLink multicast stays off on the lent GPU machines (a program that uses it
+# can take the host's shared GPUs out of service): keep these set, also for
+# every process the tests start.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# CMake's CUDA language support needs nvcc on PATH (or CUDACXX).
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+
+if [ ! -d "$root/.deps/googletest" ]; then
+  echo "gpu_build: $root/.deps is missing: run tools/device/gather_deps.sh on the dev machine and carry .deps" >&2
+  exit 2
+fi
+torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+nccl_root="$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])')"
+# executor/CMakeLists.txt links $nccl_root/lib/libnccl.so.2 by full path
+# (the wheel has no unversioned libnccl.so).
+
+cmake -S "$root" -B "$build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DLLMPLAN_DEPS_DIR="$root/.deps" \
+  -DLLMPLAN_WITH_CUDA=ON \
+  -DCMAKE_PREFIX_PATH="$torch_prefix" \
+  -DLLMPLAN_NCCL_ROOT="$nccl_root" \
+  "$@"
+cmake --build "$build" -j "${LLMPLAN_JOBS:-$(nproc)}"
