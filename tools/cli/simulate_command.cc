@@ -1,6 +1,8 @@
 // llmplan simulate: interprets a plan's step program on virtual streams and
 // reports step time, exposed communication, per-stream busy time and the
 // memory peak; optionally writes a Chrome/Perfetto trace.
+#include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "planner/user_error.h"
 #include "simulator/evaluate.h"
+#include "simulator/timeline_svg.h"
 #include "simulator/trace.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/report.h"
@@ -19,19 +22,29 @@ namespace llmplan::cli {
 namespace {
 
 struct SimulateOptions {
-  std::string plan, gpu, trace;
+  std::string plan, gpu, trace, svg;
   bool json = false;
 };
 
 void Run(const SimulateOptions& o) {
   Plan plan = LoadPlan(o.plan);
   HardwareProfile profile = LoadHardwareProfile(o.gpu.empty() ? plan.profile : o.gpu);
-  Evaluation ev = EvaluatePlanInDetail(plan, profile, /*record_timeline=*/!o.trace.empty());
+  Evaluation ev = EvaluatePlanInDetail(plan, profile, /*record_timeline=*/!o.trace.empty() || !o.svg.empty());
   const Estimate& e = ev.estimate;
-  if (!o.trace.empty()) {
-    const PersistentMemory& pm = ev.program.persistent;
-    double persistent = pm.param_shards + pm.grad_shards + pm.optimizer_state + pm.compute_params + pm.workspaces;
-    PredictedTrace(ev.program, ev.simulation, persistent).Write(o.trace);
+  const PersistentMemory& pm = ev.program.persistent;
+  double persistent = pm.param_shards + pm.grad_shards + pm.optimizer_state + pm.compute_params + pm.workspaces;
+  if (!o.trace.empty()) PredictedTrace(ev.program, ev.simulation, persistent).Write(o.trace);
+  if (!o.svg.empty()) {
+    std::string title = plan.model.name + " on " + std::to_string(plan.gpus) + " x " + profile.name + ": " +
+                        StrategyName(plan.strategy) + ", micro-batch " + std::to_string(plan.micro_batch) + " x " +
+                        std::to_string(plan.grad_accum) + ", step " + FormatSeconds(e.time.step_seconds) +
+                        " (predicted)";
+    std::string tmp = o.svg + ".tmp";
+    std::ofstream out(tmp);
+    out << TimelineSvg(ev.program, ev.simulation, persistent, title);
+    out.close();
+    if (!out || std::rename(tmp.c_str(), o.svg.c_str()) != 0)
+      throw UserError("cannot write the picture to '" + o.svg + "'; check the directory exists and is writable");
   }
   if (o.json) {
     nlohmann::json j = EstimateToJson(e, profile);
@@ -45,6 +58,7 @@ void Run(const SimulateOptions& o) {
     PrintEstimate(std::cout, e, profile);
     std::cout << "\nMemory peak at " << FormatSeconds(ev.simulation.peak_time) << " into the step\n";
     if (!o.trace.empty()) std::cout << "trace written to " << o.trace << " (open in ui.perfetto.dev)\n";
+    if (!o.svg.empty()) std::cout << "picture written to " << o.svg << "\n";
   }
 }
 
@@ -56,6 +70,7 @@ void AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--plan", o->plan, "Plan file written by llmplan estimate -o")->required();
   cmd->add_option("--gpu", o->gpu, "Hardware profile to simulate on (default: the plan's)");
   cmd->add_option("--trace", o->trace, "Write a Chrome trace-event JSON (Perfetto) here");
+  cmd->add_option("--svg", o->svg, "Draw the step's timeline and memory curve as SVG here");
   cmd->add_flag("--json", o->json, "Print JSON instead of text");
   cmd->callback([o] { Run(*o); });
 }
