@@ -31,10 +31,11 @@ double ActivationPeak(const std::vector<LayerCheckpointCost>& layers, const std:
   return peak;
 }
 
-std::vector<bool> ChooseCheckpointLayers(const std::vector<LayerCheckpointCost>& layers, double head_bytes,
-                                         double working_bytes, double budget_bytes, std::vector<bool> ckpt) {
+std::vector<int> CheckpointOrder(const std::vector<LayerCheckpointCost>& layers, double head_bytes,
+                                 double working_bytes, double budget_bytes, std::vector<bool> ckpt) {
   const size_t n = layers.size();
   if (ckpt.size() != n) ckpt.assign(n, false);
+  std::vector<int> order;
   double peak = ActivationPeak(layers, ckpt, head_bytes, working_bytes);
   while (peak > budget_bytes) {
     // Most peak reduction per second of recompute. Ties (identical blocks)
@@ -48,8 +49,8 @@ std::vector<bool> ChooseCheckpointLayers(const std::vector<LayerCheckpointCost>&
       ckpt[i] = true;
       double p = ActivationPeak(layers, ckpt, head_bytes, working_bytes);
       ckpt[i] = false;
-      double gain = (peak - p) / std::max(layers[i].recompute_seconds, 1e-12);
       if (peak - p <= peak * 1e-12) continue;  // lowers nothing (e.g. the last block)
+      double gain = (peak - p) / std::max(layers[i].recompute_seconds, 1e-12);
       int distance = static_cast<int>(n);
       for (size_t j = 0; j < n; ++j)
         if (ckpt[j]) distance = std::min(distance, static_cast<int>(i > j ? i - j : j - i));
@@ -64,9 +65,17 @@ std::vector<bool> ChooseCheckpointLayers(const std::vector<LayerCheckpointCost>&
     }
     if (best < 0) break;  // nothing left that helps
     ckpt[best] = true;
+    order.push_back(best);
     peak = best_peak;
   }
-  return ckpt;
+  return order;
+}
+
+std::vector<bool> ChooseCheckpointLayers(const std::vector<LayerCheckpointCost>& layers, double head_bytes,
+                                         double working_bytes, double budget_bytes, std::vector<bool> start) {
+  if (start.size() != layers.size()) start.assign(layers.size(), false);
+  for (int i : CheckpointOrder(layers, head_bytes, working_bytes, budget_bytes, start)) start[i] = true;
+  return start;
 }
 
 // ---------------------------------------------------------------------------
@@ -184,10 +193,13 @@ class Searcher {
     return eval_(p);
   }
 
-  // The cheapest-recompute checkpoint set that fits, judged by the evaluator.
+  // The cheapest-recompute checkpoint set that fits, judged by the evaluator:
+  // the greedy order ranks blocks once (analytic peak), then a binary search
+  // over its prefixes asks the simulator, which has the final word on memory.
   Estimate FitCheckpoints(Plan plan) {
     Estimate e = Evaluate(plan);
     if (e.fits || req_.checkpoint_layers) return e;
+    if (e.memory.host_bytes > e.memory.host_capacity_bytes) return e;  // recompute cannot help the host
     const int L = static_cast<int>(plan.model.layers);
     auto act = BlockActivations(plan.model, plan.micro_batch, plan.seq_len);
     // Identical blocks cost the same to recompute; unit cost suffices to rank.
@@ -195,24 +207,41 @@ class Searcher {
     double t = static_cast<double>(plan.micro_batch * plan.seq_len);
     double head = t * 6 * plan.model.hidden +
                   std::min<double>(plan.loss_chunk_tokens, t) * static_cast<double>(plan.model.vocab) * 10;
-    std::vector<bool> ckpt(L, false);
-    double peak = ActivationPeak(layers, ckpt, head, act.working);
-    double need = 0;  // activation bytes still to shed
-    Estimate last = e;
-    for (int round = 0; round < 2 * L + 4; ++round) {
-      double excess = last.memory.device_peak_bytes - last.memory.capacity_bytes;
-      if (last.memory.host_bytes > last.memory.host_capacity_bytes) return last;  // recompute cannot help the host
-      need += excess / (1 + profile_.fragmentation) + act.full * 1e-3;
-      std::vector<bool> next = ChooseCheckpointLayers(layers, head, act.working, peak - need, ckpt);
-      if (next == ckpt) return last;  // every useful block is already checkpointed
-      ckpt = next;
-      plan.checkpoint_layers.clear();
-      for (int i = 0; i < L; ++i)
-        if (ckpt[i]) plan.checkpoint_layers.push_back(i);
-      last = Evaluate(plan);
-      if (last.fits) return last;
-    }
-    return last;
+    auto cached = order_cache_.find(plan.micro_batch);
+    if (cached == order_cache_.end())
+      cached = order_cache_.emplace(plan.micro_batch, CheckpointOrder(layers, head, act.working, 0.0, {})).first;
+    const std::vector<int>& order = cached->second;
+    auto with_prefix = [&](size_t k) {
+      Plan p = plan;
+      p.checkpoint_layers.assign(order.begin(), order.begin() + static_cast<long>(k));
+      std::sort(p.checkpoint_layers.begin(), p.checkpoint_layers.end());
+      return p;
+    };
+    // Each checkpointed block sheds (full - input) bytes, grown by the
+    // allocator's fragmentation: a first guess of how many are needed, which
+    // the simulator then confirms or corrects (usually two evaluations).
+    double excess = e.memory.device_peak_bytes - e.memory.capacity_bytes;
+    double shed = (act.full - act.checkpointed) * (1 + profile_.fragmentation);
+    size_t guess = std::min(order.size(), static_cast<size_t>(std::ceil(excess / std::max(shed, 1.0))));
+    size_t lo = 0, hi = order.size();  // prefix lo does not fit, prefix hi fits (once checked)
+    Estimate best;
+    bool have_best = false;
+    auto probe = [&](size_t k) {
+      Estimate m = Evaluate(with_prefix(k));
+      if (m.fits) {
+        hi = k;
+        best = std::move(m);
+        have_best = true;
+        return true;
+      }
+      lo = std::max(lo, k);
+      if (k == order.size()) best = std::move(m);
+      return false;
+    };
+    if (guess > 0 && probe(guess) && guess > 1) probe(guess - 1);
+    if (!have_best && !probe(order.size())) return best;  // even every useful block is not enough
+    while (hi - lo > 1) probe((lo + hi) / 2);
+    return best;
   }
 
   struct AtCount {
@@ -250,6 +279,7 @@ class Searcher {
   const SearchRequest& req_;
   const HardwareProfile& profile_;
   const PlanEvaluator& eval_;
+  std::map<int64_t, std::vector<int>> order_cache_;  // greedy checkpoint order per micro-batch
 };
 
 std::string Describe(const Plan& p) {
@@ -316,26 +346,53 @@ SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profil
                    counts.end());
   }
 
+  auto meets_target = [&](const Searcher::AtCount& c) {
+    return !c.feasible.empty() && (req.target_days <= 0 || train_seconds(c.feasible.front()) <= req.target_days * 86400);
+  };
   Searcher::AtCount at;
-  for (int gpus : counts) {
-    at = searcher.SearchAt(gpus);
-    if (at.feasible.empty()) continue;
-    if (req.gpus == 0 && req.target_days > 0 && train_seconds(at.feasible.front()) > req.target_days * 86400) continue;
-    break;
+  if (req.gpus > 0) {
+    at = searcher.SearchAt(req.gpus);
+  } else if (!counts.empty()) {
+    // More GPUs never need more memory per GPU (smaller shards, fewer sequences
+    // each) and never train slower overall, so both questions are monotone in
+    // the count: binary search instead of a scan.
+    std::map<size_t, Searcher::AtCount> searched;
+    auto at_index = [&](size_t i) -> const Searcher::AtCount& {
+      auto it = searched.find(i);
+      if (it == searched.end()) it = searched.emplace(i, searcher.SearchAt(counts[i])).first;
+      return it->second;
+    };
+    size_t lo = 0, hi = counts.size() - 1;
+    if (meets_target(at_index(hi))) {
+      while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (meets_target(at_index(mid))) hi = mid;
+        else lo = mid + 1;
+      }
+    }
+    at = at_index(hi);
   }
   result.evaluated = searcher.evaluated;
-  if (at.feasible.empty() || (req.gpus == 0 && req.target_days > 0 &&
-                              train_seconds(at.feasible.front()) > req.target_days * 86400)) {
+  if (!meets_target(at)) {
     result.found = false;
-    if (!at.infeasible.empty()) {
+    if (!at.feasible.empty()) {
+      result.best = at.feasible.front();
+      result.why_none = "the fastest plan found (" + std::to_string(result.best.plan.gpus) + " GPUs, " +
+                        Describe(result.best.plan) + ") needs " + FormatSeconds(train_seconds(result.best)) +
+                        " to train, over the target of " + FormatSeconds(req.target_days * 86400) +
+                        (req.global_batch > 0 ? " (the global batch of " + std::to_string(req.global_batch) +
+                                                    " sequences caps the GPU count)"
+                                              : "");
+    } else if (!at.infeasible.empty()) {
       result.best = at.infeasible.front();
       result.why_none = "nothing fits: the closest plan (" + Describe(result.best.plan) + ") needs " +
                         result.best.why_not;
     } else {
-      result.why_none = "no plan reaches the target time to train with up to " + std::to_string(req.max_gpus) + " GPUs";
+      result.why_none = "no GPU count up to " + std::to_string(req.max_gpus) + " divides the global batch";
     }
-    for (size_t i = 1; i < at.infeasible.size() && result.alternatives.size() < 5; ++i)
-      result.alternatives.push_back({at.infeasible[i], at.infeasible[i].why_not});
+    for (size_t i = 0; i < at.infeasible.size() && result.alternatives.size() < 5; ++i)
+      if (&at.infeasible[i] != &at.infeasible.front() || at.feasible.size() > 0)
+        result.alternatives.push_back({at.infeasible[i], at.infeasible[i].why_not});
     return result;
   }
   result.found = true;

@@ -90,6 +90,9 @@ double ActivationPeak(const std::vector<LayerCheckpointCost>& layers, const std:
 // recompute until the peak is at most `budget_bytes`, starting from `start`.
 // Returns the chosen flags; if the budget cannot be met, checkpoints every
 // block that lowers the peak.
+// The blocks ChooseCheckpointLayers would add, in the order it adds them.
+std::vector<int> CheckpointOrder(const std::vector<LayerCheckpointCost>& layers, double head_bytes,
+                                 double working_bytes, double budget_bytes, std::vector<bool> start = {});
 std::vector<bool> ChooseCheckpointLayers(const std::vector<LayerCheckpointCost>& layers, double head_bytes,
                                          double working_bytes, double budget_bytes, std::vector<bool> start = {});
 
