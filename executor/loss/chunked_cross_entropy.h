@@ -1,0 +1,33 @@
+// Chunked cross-entropy: the language-model loss over a large vocabulary
+// without materialising the [tokens, vocab] fp32 logits (for Llama-3's 128k
+// vocabulary and 8k tokens that would be 4 GiB, plus as much again for their
+// gradient).
+//
+// Tokens are processed `chunk_tokens` at a time: logits = h_c W^T (compute
+// dtype GEMM), fp32 log-sum-exp and loss, then immediately the gradient of the
+// mean loss w.r.t. the logits (softmax - one_hot) / N, from which dh_c = dL W
+// and dW += dL^T h_c. So only one chunk's logits ever exist, and the head does
+// three GEMMs (no recompute of logits in backward). Backward merely scales the
+// stored dh and dW by the incoming gradient (1 / grad_accum in training).
+//
+// dW accumulates across chunks in the weight's dtype (bf16 on GPU), as the
+// GEMM's beta=1 epilogue does (same choice as Liger's fused linear CE).
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace llmplan::executor {
+
+// Mean cross-entropy of `targets` under logits hidden @ weight^T.
+// hidden [N, H] and weight [V, H] in the same dtype; targets [N] int64 in [0, V).
+// Differentiable w.r.t. hidden and weight (autograd function).
+// REQUIRES: chunk_tokens >= 1, N >= 1.
+at::Tensor ChunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                               int64_t chunk_tokens);
+
+// The plain reference: full logits, fp32 cross-entropy (for tests).
+at::Tensor PlainCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets);
+
+}  // namespace llmplan::executor

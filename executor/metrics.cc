@@ -1,0 +1,121 @@
+#include "executor/metrics.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/user_error.h"
+
+namespace llmplan::executor {
+
+double ModelFlopsPerToken(const Plan& plan) { return plan.model.ModelFlopsPerToken(plan.seq_len); }
+
+double HardwareFlopsPerToken(const Plan& plan) {
+  const ModelSpec& m = plan.model;
+  // Forward of one block per token: 2 FLOPs per block parameter (its GEMMs;
+  // norms are negligible) + attention 4*H*Q*T (QK^T and PV, counted in full as
+  // PaLM's 12*L*H*Q*T does for forward + backward).
+  const double block_forward = 2.0 * static_cast<double>(m.ParamsPerBlock()) +
+                               4.0 * static_cast<double>(m.heads * m.head_dim) * static_cast<double>(plan.seq_len);
+  return ModelFlopsPerToken(plan) + static_cast<double>(plan.checkpoint_layers.size()) * block_forward;
+}
+
+MetricsLog::MetricsLog(const std::string& run_dir, int64_t total_steps, bool progress)
+    : run_dir_(run_dir), total_steps_(total_steps), progress_(progress), terminal_(isatty(STDOUT_FILENO) != 0) {
+  if (run_dir_.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir_, ec);
+  if (ec) throw UserError("cannot create run directory " + run_dir_ + ": " + ec.message());
+  metrics_.open(run_dir_ + "/metrics.jsonl", std::ios::trunc);
+  op_times_.open(run_dir_ + "/op_times.jsonl", std::ios::trunc);
+  if (!metrics_ || !op_times_) throw UserError("cannot write to run directory " + run_dir_);
+}
+
+void MetricsLog::WriteProgram(const StepProgram& program) {
+  if (run_dir_.empty()) return;
+  nlohmann::json ops = nlohmann::json::array();
+  for (const auto& op : program.ops)
+    ops.push_back({{"id", op.id},
+                   {"name", op.name},
+                   {"kind", OpKindName(op.kind)},
+                   {"stream", StreamName(op.stream)},
+                   {"unit", op.unit},
+                   {"micro_batch", op.micro_batch}});
+  std::ofstream out(run_dir_ + "/program.json", std::ios::trunc);
+  out << nlohmann::json{{"ops", ops}, {"micro_batches", program.micro_batches}}.dump(1) << "\n";
+  if (!out) throw UserError("cannot write " + run_dir_ + "/program.json");
+}
+
+void MetricsLog::LogStep(const StepMetrics& m, const std::vector<double>& op_seconds) {
+  if (!run_dir_.empty()) {
+    nlohmann::json j = {{"step", m.step},
+                        {"loss", m.loss},
+                        {"lr", m.lr},
+                        {"grad_norm", m.grad_norm},
+                        {"tokens_per_s", m.tokens_per_s},
+                        {"mfu", m.mfu},
+                        {"hfu", m.hfu},
+                        {"peak_allocated_bytes", m.peak_allocated_bytes},
+                        {"peak_reserved_bytes", m.peak_reserved_bytes},
+                        {"memory_source", m.memory_source},
+                        {"data_s", m.data_s},
+                        {"forward_s", m.forward_s},
+                        {"recompute_s", m.recompute_s},
+                        {"backward_s", m.backward_s},
+                        {"optimizer_s", m.optimizer_s},
+                        {"comm_s", m.comm_s},
+                        {"step_s", m.step_s}};
+    metrics_ << j.dump() << "\n";
+    metrics_.flush();  // a crashed run still leaves every finished step on disk
+    op_times_ << nlohmann::json{{"step", m.step}, {"seconds", op_seconds}}.dump() << "\n";
+    op_times_.flush();
+  }
+  if (!progress_) return;
+  char line[256];
+  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s  mfu %.1f%%  %.3fs",
+                static_cast<long long>(m.step + 1), static_cast<long long>(total_steps_), m.loss, m.lr, m.grad_norm,
+                m.tokens_per_s, 100.0 * m.mfu, m.step_s);
+  if (terminal_) {
+    std::cout << "\r\033[K" << line << std::flush;  // rewrite one line in place
+  } else {
+    std::cout << line << "\n";
+  }
+}
+
+void MetricsLog::Finish(const RunSummary& s) {
+  nlohmann::json j = {{"steps", s.steps},
+                      {"first_loss", s.first_loss},
+                      {"final_loss", s.final_loss},
+                      {"losses", s.losses},
+                      {"mean_tokens_per_s", s.mean_tokens_per_s},
+                      {"mean_mfu", s.mean_mfu},
+                      {"mean_hfu", s.mean_hfu},
+                      {"peak_allocated_bytes", s.peak_allocated_bytes},
+                      {"peak_reserved_bytes", s.peak_reserved_bytes},
+                      {"memory_source", s.memory_source},
+                      {"total_s", s.total_s},
+                      {"device", s.device},
+                      {"torch_version", s.torch_version},
+                      {"attention_backend", s.attention_backend}};
+  if (!run_dir_.empty()) {
+    std::ofstream out(run_dir_ + "/summary.json", std::ios::trunc);
+    out << j.dump(1) << "\n";
+    if (!out) throw UserError("cannot write " + run_dir_ + "/summary.json");
+  }
+  if (!progress_) return;
+  if (terminal_) std::cout << "\n";
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "done: %lld steps in %.1fs  loss %.4f -> %.4f  %.0f tok/s  mfu %.1f%%  hfu %.1f%%  peak %.2f GiB "
+                "allocated / %.2f GiB reserved (%s)",
+                static_cast<long long>(s.steps), s.total_s, s.first_loss, s.final_loss, s.mean_tokens_per_s,
+                100.0 * s.mean_mfu, 100.0 * s.mean_hfu, s.peak_allocated_bytes / 1073741824.0,
+                s.peak_reserved_bytes / 1073741824.0, s.memory_source.c_str());
+  std::cout << line << "\n";
+  if (!run_dir_.empty()) std::cout << "metrics: " << run_dir_ << "/metrics.jsonl\n";
+}
+
+}  // namespace llmplan::executor

@@ -1,0 +1,84 @@
+// Metrics: what a training run reports, step by step and at the end.
+//
+//   RUN_DIR/metrics.jsonl   one JSON object per step: step, loss, lr, grad_norm,
+//                           tokens_per_s, mfu, hfu, memory peaks, seconds per
+//                           phase (data, forward, recompute, backward,
+//                           optimizer, comm, step)
+//   RUN_DIR/program.json    the step program's ops (id, name, kind, unit,
+//                           micro-batch, stream): the key for op_times
+//   RUN_DIR/op_times.jsonl  per step, seconds of every op indexed by op id —
+//                           the measured twin of the simulator's prediction
+//   RUN_DIR/summary.json    the run's summary
+//
+// MFU follows PaLM (tokens/s x ModelSpec::ModelFlopsPerToken(seq) / peak);
+// HFU adds the recomputed forward of checkpointed blocks. The peak is the
+// plan's hardware profile's bf16_peak_flops (0 when the profile could not be
+// loaded: MFU and HFU are then reported as 0 and `peak_flops` says 0).
+//
+// On a terminal the progress is one line rewritten in place; otherwise one
+// plain line per step.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "planner/plan.h"
+#include "planner/step_program.h"
+
+namespace llmplan::executor {
+
+struct StepMetrics {
+  int64_t step = 0;  // 0-based optimizer step
+  double loss = 0, lr = 0, grad_norm = 0;
+  double tokens_per_s = 0, mfu = 0, hfu = 0;
+  int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;
+  std::string memory_source;  // "cuda_caching_allocator" or "process_peak_rss"
+  double data_s = 0, forward_s = 0, recompute_s = 0, backward_s = 0, optimizer_s = 0, comm_s = 0;
+  double step_s = 0;  // wall time of the whole step, data included
+};
+
+struct RunSummary {
+  int64_t steps = 0;
+  double first_loss = 0, final_loss = 0;
+  std::vector<double> losses;  // per step
+  double mean_tokens_per_s = 0;  // over steps after the first (warm-up excluded when possible)
+  double mean_mfu = 0, mean_hfu = 0;
+  int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;
+  std::string memory_source;
+  double total_s = 0;
+  std::string device;  // "cpu", "cuda:0"
+  std::string torch_version;
+  std::string attention_backend;  // "math", "flash", "cudnn", ... or "unknown"
+};
+
+// Model FLOPs per token for MFU (PaLM) and hardware FLOPs per token for HFU
+// (model FLOPs plus the forward of every checkpointed block, recomputed).
+double ModelFlopsPerToken(const Plan& plan);
+double HardwareFlopsPerToken(const Plan& plan);
+
+class MetricsLog {
+ public:
+  // Creates run_dir (when not empty) and opens its files; with an empty
+  // run_dir nothing is written to disk. `progress`: print a line per step.
+  // Throws UserError when run_dir cannot be created or written.
+  MetricsLog(const std::string& run_dir, int64_t total_steps, bool progress);
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+
+  void WriteProgram(const StepProgram& program);
+  void LogStep(const StepMetrics& m, const std::vector<double>& op_seconds);
+  // Writes summary.json and prints the summary.
+  void Finish(const RunSummary& summary);
+
+ private:
+  std::string run_dir_;
+  int64_t total_steps_;
+  bool progress_;
+  bool terminal_;
+  std::ofstream metrics_, op_times_;
+};
+
+}  // namespace llmplan::executor

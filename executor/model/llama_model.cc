@@ -1,0 +1,169 @@
+#include "executor/model/llama_model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "executor/torch_compat.h"
+
+namespace llmplan::executor {
+
+int64_t ParamShape::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+LlamaModel::LlamaModel(ModelSpec spec) : spec_(std::move(spec)) {
+  const int64_t h = spec_.hidden, q = spec_.q_dim(), kv = spec_.kv_dim(), i = spec_.intermediate;
+  units_.push_back({{"model.embed_tokens.weight", {spec_.vocab, h}, ParamInit::kNormal}});
+  for (int64_t layer = 0; layer < spec_.layers; ++layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    std::vector<ParamShape> u;
+    auto add = [&](const std::string& name, std::vector<int64_t> shape, ParamInit init) {
+      u.push_back({p + name, std::move(shape), init});
+      return static_cast<int>(u.size()) - 1;
+    };
+    BlockLayout b;
+    b.input_norm = add("input_layernorm.weight", {h}, ParamInit::kOnes);
+    b.q = add("self_attn.q_proj.weight", {q, h}, ParamInit::kNormal);
+    if (spec_.qkv_bias) b.q_bias = add("self_attn.q_proj.bias", {q}, ParamInit::kZeros);
+    b.k = add("self_attn.k_proj.weight", {kv, h}, ParamInit::kNormal);
+    if (spec_.qkv_bias) b.k_bias = add("self_attn.k_proj.bias", {kv}, ParamInit::kZeros);
+    b.v = add("self_attn.v_proj.weight", {kv, h}, ParamInit::kNormal);
+    if (spec_.qkv_bias) b.v_bias = add("self_attn.v_proj.bias", {kv}, ParamInit::kZeros);
+    b.o = add("self_attn.o_proj.weight", {h, q}, ParamInit::kNormal);
+    b.post_norm = add("post_attention_layernorm.weight", {h}, ParamInit::kOnes);
+    b.gate = add("mlp.gate_proj.weight", {i, h}, ParamInit::kNormal);
+    b.up = add("mlp.up_proj.weight", {i, h}, ParamInit::kNormal);
+    b.down = add("mlp.down_proj.weight", {h, i}, ParamInit::kNormal);
+    block_ = b;  // the same for every layer
+    units_.push_back(std::move(u));
+  }
+  std::vector<ParamShape> head = {{"model.norm.weight", {h}, ParamInit::kOnes}};
+  if (!spec_.tied_embeddings) head.push_back({"lm_head.weight", {spec_.vocab, h}, ParamInit::kNormal});
+  units_.push_back(std::move(head));
+}
+
+UnitKind LlamaModel::unit_kind(int unit) const {
+  if (unit == embedding_unit()) return UnitKind::kEmbedding;
+  if (unit == head_unit()) return UnitKind::kHead;
+  return UnitKind::kBlock;
+}
+
+int64_t LlamaModel::UnitNumel(int unit) const {
+  int64_t n = 0;
+  for (const auto& p : units_.at(unit)) n += p.numel();
+  return n;
+}
+
+int64_t LlamaModel::TotalNumel() const {
+  int64_t n = 0;
+  for (int u = 0; u < num_units(); ++u) n += UnitNumel(u);
+  return n;
+}
+
+void LlamaModel::InitUnit(int unit, const std::vector<at::Tensor>& params, uint64_t seed) const {
+  const auto& shapes = units_.at(unit);
+  TORCH_CHECK(params.size() == shapes.size(), "InitUnit: unit ", unit, " has ", shapes.size(), " parameters, got ",
+              params.size());
+  // A per-unit stream: splitmix-style mixing so nearby seeds/units differ.
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(unit) * 0xBF58476D1CE4E5B9ull + 1;
+  at::Generator gen = at::detail::createCPUGenerator(s);
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    TORCH_CHECK(params[i].sizes() == at::IntArrayRef(shapes[i].shape), "InitUnit: ", shapes[i].name,
+                " has the wrong shape");
+    switch (shapes[i].init) {
+      case ParamInit::kOnes: params[i].fill_(1.0); break;
+      case ParamInit::kZeros: params[i].zero_(); break;
+      case ParamInit::kNormal: {
+        // Drawn on the CPU in fp32 so the values are the same whatever the
+        // target device or dtype.
+        at::Tensor cpu = at::empty(shapes[i].shape, at::TensorOptions().dtype(at::kFloat));
+        cpu.normal_(0.0, 0.02, gen);
+        params[i].copy_(cpu);
+        break;
+      }
+    }
+  }
+}
+
+RopeTable LlamaModel::MakeRopeTable(int64_t seq_len, const at::Device& device, at::ScalarType dtype) const {
+  // HF: inv_freq[j] = theta^(-2j/d), j < d/2; emb = cat(freqs, freqs) so the
+  // two halves of a head rotate together (rotate_half layout). Computed in
+  // fp64 on the host then cast: the table is tiny and the angles at large
+  // positions need the precision.
+  const int64_t d = spec_.head_dim;
+  auto f64 = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor inv_freq = at::pow(spec_.rope_theta, -at::arange(0, d, 2, f64) / static_cast<double>(d));
+  at::Tensor pos = at::arange(seq_len, f64);
+  at::Tensor freqs = at::outer(pos, inv_freq);
+  at::Tensor emb = at::cat({freqs, freqs}, -1);
+  RopeTable t;
+  // HF computes cos/sin in fp32 then casts to the activation dtype.
+  t.cos = emb.cos().to(at::kFloat).to(dtype).to(device);
+  t.sin = emb.sin().to(at::kFloat).to(dtype).to(device);
+  return t;
+}
+
+at::Tensor LlamaModel::EmbeddingForward(const std::vector<at::Tensor>& params, const at::Tensor& tokens) const {
+  return at::embedding(params.at(0), tokens);
+}
+
+at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
+  // fp32 statistics whatever the compute dtype (bf16 mean-of-squares loses
+  // too much), as HF's LlamaRMSNorm.
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor inv_rms = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + spec_.rms_norm_eps);
+  return weight * (xf * inv_rms).to(x.scalar_type());
+}
+
+namespace {
+
+// HF rotate_half: (x1, x2) -> (-x2, x1) over the two halves of the last dim.
+at::Tensor RotateHalf(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return x * cos + RotateHalf(x) * sin;
+}
+
+}  // namespace
+
+at::Tensor LlamaModel::BlockForward(int layer, const std::vector<at::Tensor>& p, const at::Tensor& x,
+                                    const RopeTable& rope) const {
+  (void)layer;  // every block has the same layout
+  const BlockLayout& b = block_;
+  const int64_t batch = x.size(0), t = x.size(1);
+  const int64_t nh = spec_.heads, nkv = spec_.kv_heads, hd = spec_.head_dim;
+  auto bias = [&](int i) { return i >= 0 ? p[i] : at::Tensor(); };
+
+  // Attention.
+  at::Tensor hn = RmsNorm(x, p[b.input_norm]);
+  at::Tensor q = at::linear(hn, p[b.q], bias(b.q_bias)).view({batch, t, nh, hd}).transpose(1, 2);
+  at::Tensor k = at::linear(hn, p[b.k], bias(b.k_bias)).view({batch, t, nkv, hd}).transpose(1, 2);
+  at::Tensor v = at::linear(hn, p[b.v], bias(b.v_bias)).view({batch, t, nkv, hd}).transpose(1, 2);
+  at::Tensor cos = rope.cos.narrow(0, 0, t), sin = rope.sin.narrow(0, 0, t);  // [T, D] broadcasts over B, H
+  q = ApplyRope(q, cos, sin);
+  k = ApplyRope(k, cos, sin);
+  at::Tensor attn = compat::CausalAttention(q, k, v.contiguous());
+  attn = attn.transpose(1, 2).reshape({batch, t, nh * hd});
+  at::Tensor h = x + at::linear(attn, p[b.o]);
+
+  // SwiGLU MLP.
+  at::Tensor mn = RmsNorm(h, p[b.post_norm]);
+  at::Tensor mlp = at::linear(at::silu(at::linear(mn, p[b.gate])) * at::linear(mn, p[b.up]), p[b.down]);
+  return h + mlp;
+}
+
+at::Tensor LlamaModel::FinalNorm(const std::vector<at::Tensor>& head_params, const at::Tensor& x) const {
+  return RmsNorm(x, head_params.at(0));
+}
+
+at::Tensor LlamaModel::OutputWeight(const std::vector<at::Tensor>& head_params,
+                                    const std::vector<at::Tensor>& embedding_params) const {
+  return spec_.tied_embeddings ? embedding_params.at(0) : head_params.at(1);
+}
+
+}  // namespace llmplan::executor

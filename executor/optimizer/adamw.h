@@ -1,0 +1,71 @@
+// AdamW (decoupled weight decay, torch.optim.AdamW semantics) on flat fp32
+// master buffers, with the warmup + cosine learning-rate schedule and global
+// gradient-norm clipping of the plan's OptimizerConfig.
+//
+// One update per unit over its whole flat buffer: a single fused kernel on
+// CUDA with LibTorch >= 2.1, otherwise a handful of in-place whole-buffer ops.
+// Either way the cost is a few passes over HBM per unit, never a loop over
+// hundreds of small tensors.
+//
+// Weight decay applies to every parameter (norm weights and biases too), as in
+// torchtitan; the flat buffer does not distinguish them.
+//
+// The state (step count, m, v per unit) is plain data in AdamWState so a
+// checkpoint can save and restore it exactly.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "planner/plan.h"
+
+namespace llmplan::executor {
+
+// Learning rate for optimizer step `step` (0-based): linear warmup from
+// lr/warmup to lr over warmup_steps, then cosine from lr down to
+// lr * min_lr_ratio at decay_steps, constant after.
+double LearningRateAt(const OptimizerConfig& config, int64_t step);
+
+struct AdamWState {
+  int64_t step = 0;                // optimizer steps taken (bias correction uses step + 1 next)
+  std::vector<at::Tensor> exp_avg;     // m, fp32, one flat tensor per unit
+  std::vector<at::Tensor> exp_avg_sq;  // v, fp32, one flat tensor per unit
+};
+
+class AdamW {
+ public:
+  // `shard_numels[u]` is the length of unit u's fp32 master buffer.
+  AdamW(const OptimizerConfig& config, const std::vector<int64_t>& shard_numels, const at::Device& device);
+  AdamW(const AdamW&) = delete;
+  AdamW& operator=(const AdamW&) = delete;
+
+  const OptimizerConfig& config() const { return config_; }
+  AdamWState& state() { return state_; }
+  const AdamWState& state() const { return state_; }
+
+  // The L2 norm over all gradients (sqrt of the sum of per-buffer squared
+  // norms; one host sync). Then, when grad_clip > 0 and the norm exceeds it,
+  // scales every gradient by grad_clip / (norm + 1e-6) in place.
+  // Returns the norm before clipping.
+  // REQUIRES: grads are fp32 and disjoint (padding elements zero).
+  double ClipGradients(const std::vector<at::Tensor>& grads);
+
+  // Learning rate of the next Update.
+  double CurrentLearningRate() const { return LearningRateAt(config_, state_.step); }
+
+  // Updates unit `unit`'s master in place with the next step's hyper-
+  // parameters. Call once per unit, then FinishStep.
+  // REQUIRES: master and grad have shard_numels[unit] fp32 elements.
+  void Update(int unit, at::Tensor& master, const at::Tensor& grad);
+  // Advances the step count (after every unit's Update).
+  void FinishStep() { ++state_.step; }
+
+ private:
+  OptimizerConfig config_;
+  AdamWState state_;
+  at::Tensor step_tensor_;  // device scalar for the fused kernel's bias correction
+};
+
+}  // namespace llmplan::executor

@@ -1,0 +1,191 @@
+#include "executor/trainer.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <stdexcept>
+
+#include "executor/batch_source.h"
+#include "executor/data/batch_loader.h"
+#include "executor/flat_unit.h"
+#include "executor/model/llama_model.h"
+#include "executor/optimizer/adamw.h"
+#include "executor/torch_compat.h"
+#include "executor/train_step.h"
+#include "planner/hardware_profile.h"
+#include "planner/step_program.h"
+#include "planner/user_error.h"
+
+namespace llmplan::executor {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+at::Device ParseDevice(const std::string& name) {
+  if (name == "cpu") return at::Device(at::kCPU);
+  if (name.rfind("cuda", 0) == 0) {
+    if (!torch::cuda::is_available())
+      throw UserError("no CUDA GPU is available to this process (LibTorch " + compat::TorchVersion() +
+                      (torch::cuda::device_count() == 0 ? ", 0 devices" : "") + "): pass --cpu to train on the CPU");
+    at::Device d(name);
+    if (d.has_index() && d.index() >= static_cast<int>(torch::cuda::device_count()))
+      throw UserError("device " + name + " does not exist: " + std::to_string(torch::cuda::device_count()) +
+                      " CUDA device(s) visible");
+    return d.has_index() ? d : at::Device(at::kCUDA, 0);
+  }
+  throw UserError("unknown device '" + name + "': use cpu or cuda[:N]");
+}
+
+int64_t ProcessPeakRssBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// The profile gives the MFU denominator and the program's memory constants.
+// A plan naming a profile that is not here still trains: MFU is then 0.
+HardwareProfile ProfileOrDefault(const std::string& name, bool progress) {
+  try {
+    return LoadHardwareProfile(name);
+  } catch (const UserError& e) {
+    if (progress) std::cerr << "llmplan: warning: " << e.what() << " (MFU reported as 0)\n";
+    HardwareProfile p;
+    p.name = name;
+    return p;
+  }
+}
+
+std::string ProbeAttentionBackend(const Plan& plan, const at::Device& device) {
+  if (!device.is_cuda()) return "math";
+  auto opts = at::TensorOptions().dtype(ComputeDtype(plan)).device(device);
+  const ModelSpec& m = plan.model;
+  at::Tensor q = at::empty({plan.micro_batch, m.heads, plan.seq_len, m.head_dim}, opts);
+  at::Tensor kv = at::empty({plan.micro_batch, m.kv_heads, plan.seq_len, m.head_dim}, opts);
+  return compat::AttentionBackendName(q, kv, kv);
+}
+
+// The batch loader behind the BatchSource interface.
+class TokenFileBatches : public BatchSource {
+ public:
+  TokenFileBatches(const Plan& plan, const std::string& path)
+      : loader_(
+            [&] {
+              data::BatchLoaderOptions o;
+              o.path = path;
+              o.seq_len = plan.seq_len;
+              o.micro_batch = plan.micro_batch;
+              o.rank = 0;
+              o.world = 1;
+              o.vocab = plan.model.vocab;
+              o.seed = plan.seed;
+              o.shuffle = true;
+              return o;
+            }(),
+            data::DataPosition{}) {}
+  at::Tensor Next() override { return loader_.Next().tokens; }
+  int64_t position() const override { return loader_.position().next_sample; }
+
+ private:
+  data::BatchLoader loader_;
+};
+
+}  // namespace
+
+RunSummary Train(const TrainConfig& config, BatchSource& data) {
+  const Plan& plan = config.plan;
+  plan.Validate();
+  if (config.steps < 1) throw UserError("--steps must be at least 1");
+  const at::Device device = ParseDevice(config.device);
+  const auto run_start = Clock::now();
+
+  // --- model, parameters, optimizer, step program ---
+  LlamaModel model(plan.model);
+  std::vector<FlatUnit> units = MakeFlatUnits(model, device, ComputeDtype(plan), plan.seed);
+  AdamW optimizer(plan.optimizer, ShardNumels(units), device);
+  const HardwareProfile profile = ProfileOrDefault(plan.profile, config.progress);
+  StepInterpreter step(plan, model, units, optimizer, BuildStepProgram(plan, profile), device);
+
+  MetricsLog log(config.run_dir, config.steps, config.progress);
+  log.WriteProgram(step.program());
+  const double peak_flops = profile.bf16_peak_flops;
+  const double model_flops = ModelFlopsPerToken(plan), hardware_flops = HardwareFlopsPerToken(plan);
+
+  RunSummary summary;
+  summary.device = device.str();
+  summary.torch_version = compat::TorchVersion();
+  summary.attention_backend = ProbeAttentionBackend(plan, device);
+  double timed_tokens_per_s = 0, timed_mfu = 0, timed_hfu = 0;
+  int64_t timed_steps = 0;
+
+  // --- the loop ---
+  for (int64_t s = 0; s < config.steps; ++s) {
+    const auto step_start = Clock::now();
+    std::vector<at::Tensor> micro_batches;
+    for (int64_t mb = 0; mb < plan.grad_accum; ++mb) micro_batches.push_back(data.Next());
+    const double data_s = SecondsSince(step_start);
+
+    compat::ResetMemoryPeaks(device);
+    StepResult r = step.Run(micro_batches);  // returns after the device finished the step
+    const double step_s = SecondsSince(step_start);
+    if (!std::isfinite(r.loss))
+      throw std::runtime_error("loss is " + std::to_string(r.loss) + " at step " + std::to_string(s) +
+                               ": training diverged (lower --lr or raise warmup_steps)");
+
+    StepMetrics m;
+    m.step = optimizer.state().step - 1;
+    m.loss = r.loss;
+    m.lr = r.lr;
+    m.grad_norm = r.grad_norm;
+    m.tokens_per_s = static_cast<double>(plan.TokensPerStep()) / step_s;
+    m.mfu = peak_flops > 0 ? m.tokens_per_s * model_flops / peak_flops : 0;
+    m.hfu = peak_flops > 0 ? m.tokens_per_s * hardware_flops / peak_flops : 0;
+    const compat::MemoryPeaks peaks = compat::ReadMemoryPeaks(device, ProcessPeakRssBytes());
+    m.peak_allocated_bytes = peaks.allocated;
+    m.peak_reserved_bytes = peaks.reserved;
+    m.memory_source = peaks.source;
+    m.data_s = data_s;
+    m.forward_s = r.forward_s;
+    m.recompute_s = r.recompute_s;
+    m.backward_s = r.backward_s;
+    m.optimizer_s = r.optimizer_s;
+    m.comm_s = r.comm_s;
+    m.step_s = step_s;
+    log.LogStep(m, r.op_seconds);
+
+    summary.losses.push_back(r.loss);
+    summary.peak_allocated_bytes = std::max(summary.peak_allocated_bytes, peaks.allocated);
+    summary.peak_reserved_bytes = std::max(summary.peak_reserved_bytes, peaks.reserved);
+    summary.memory_source = peaks.source;
+    // The first step pays for allocator warm-up and kernel selection: leave it
+    // out of the throughput means whenever there is another step.
+    if (s > 0 || config.steps == 1) {
+      timed_tokens_per_s += m.tokens_per_s;
+      timed_mfu += m.mfu;
+      timed_hfu += m.hfu;
+      ++timed_steps;
+    }
+  }
+
+  summary.steps = config.steps;
+  summary.first_loss = summary.losses.front();
+  summary.final_loss = summary.losses.back();
+  summary.mean_tokens_per_s = timed_tokens_per_s / static_cast<double>(timed_steps);
+  summary.mean_mfu = timed_mfu / static_cast<double>(timed_steps);
+  summary.mean_hfu = timed_hfu / static_cast<double>(timed_steps);
+  summary.total_s = SecondsSince(run_start);
+  log.Finish(summary);
+  return summary;
+}
+
+RunSummary TrainOnTokenFile(const TrainConfig& config, const std::string& token_path) {
+  config.plan.Validate();
+  TokenFileBatches data(config.plan, token_path);
+  return Train(config, data);
+}
+
+}  // namespace llmplan::executor
