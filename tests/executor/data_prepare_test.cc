@@ -72,6 +72,17 @@ TEST_F(DataPrepareTest, BytesThenEndOfTextPerFileInLlmcFormat) {
   EXPECT_FALSE(std::filesystem::exists(out + ".tmp." + std::to_string(::getpid())));
 }
 
+TEST_F(DataPrepareTest, InspectReportsFormatCountAndLargestId) {
+  const std::string out = (dir_ / "tokens.bin").string();
+  ASSERT_EQ(RunLlmplan("data prepare --out " + out + " " + WriteText("a.txt", "abc")).status, 0);
+  const CommandResult r = RunLlmplan("data inspect " + out);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("format llmc, 4 tokens of 2 bytes, largest id 256 (needs vocab >= 257)"), std::string::npos)
+      << r.output;
+  const CommandResult missing = RunLlmplan("data inspect " + (dir_ / "nope.bin").string());
+  EXPECT_EQ(missing.status, 2) << missing.output;
+}
+
 TEST_F(DataPrepareTest, RawFormatAndSeparatorLines) {
   const std::string fortunes = WriteText("f", "one\n%\ntwo\r\n%\n%\nthree");
   const std::string out = (dir_ / "tokens.u16").string();

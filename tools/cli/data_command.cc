@@ -1,4 +1,5 @@
-// llmplan data prepare: turns text files into a token file for `llmplan run`.
+// llmplan data prepare: turns text files into a token file for `llmplan run`;
+// llmplan data inspect: says what a token file holds.
 //
 // Tokenizer: byte level. Token = byte value (0..255); 256 = end of text,
 // written after every document. Vocabulary 257, so any model with vocab >= 257
@@ -12,6 +13,7 @@
 // --out only when complete, so a failure never leaves a partial file there.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -181,6 +183,21 @@ void RunPrepare(const PrepareOptions& options) {
             << options.out << " (" << (options.format == "llmc" ? "llm.c uint16" : "raw uint16") << ")\n";
 }
 
+// `llmplan data inspect`: what the loader will see — format, token count,
+// largest id (so the model's vocab can be checked before a run starts).
+void RunInspect(const std::string& path, const std::string& format) {
+  const data::TokenFile file(path, data::ParseTokenFileFormat(format));
+  std::vector<int64_t> chunk(1 << 20);
+  uint32_t max_id = 0;
+  for (int64_t begin = 0; begin < file.size(); begin += static_cast<int64_t>(chunk.size())) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(chunk.size()), file.size() - begin);
+    max_id = std::max(max_id, file.Read(begin, n, chunk.data()));
+  }
+  std::cout << path << ": format " << data::TokenFileFormatName(file.format()) << ", " << file.size()
+            << " tokens of " << file.token_bytes() << " bytes, largest id " << max_id << " (needs vocab >= "
+            << static_cast<int64_t>(max_id) + 1 << ")\n";
+}
+
 }  // namespace
 
 void AddDataCommand(CLI::App& app) {
@@ -202,6 +219,13 @@ void AddDataCommand(CLI::App& app) {
                       "fortune files; by default each file is one document");
   prepare->add_option("files", options->inputs, "Text files to tokenize, in order")->required();
   prepare->callback([options] { RunPrepare(*options); });
+
+  CLI::App* inspect = data->add_subcommand("inspect", "Print a token file's format, token count and largest id");
+  auto inspect_path = std::make_shared<std::string>();
+  auto inspect_format = std::make_shared<std::string>("auto");
+  inspect->add_option("file", *inspect_path, "Token file")->required();
+  inspect->add_option("--data-format", *inspect_format, "auto (default), u16, u32, llmc or megatron");
+  inspect->callback([inspect_path, inspect_format] { RunInspect(*inspect_path, *inspect_format); });
 }
 
 }  // namespace llmplan::cli
