@@ -468,6 +468,9 @@ class ProgramBuilder {
           in.stream = StreamKind::kHostToDevice;
           in.unit = u;
           in.name = "h2d master " + UnitName(u);
+          // Not before backward is over: a master copied in earlier would sit
+          // in its staging buffer through the activation peak.
+          in.deps = {norm};
           in.work.copy_bytes = 4 * shard;
           in.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, 4 * shard});
           master_in = Add(in);

@@ -1,0 +1,289 @@
+// Each memory term of the planner against values computed by hand, on several
+// (model, strategy, GPUs, offload) configurations. Notation: N = parameters,
+// G = shard group size, shard = padded / G, bf16 = 2 bytes, fp32 = 4 bytes.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "planner/plan.h"
+#include "planner/step_program.h"
+#include "simulator/evaluate.h"
+#include "tests/planner/test_support.h"
+
+namespace llmplan {
+namespace {
+
+using testing::Profile;
+
+Plan MakePlan(const std::string& model, int gpus, ShardingStrategy s, int group = 0, Offload o = Offload::kNone) {
+  Plan p;
+  p.model = PresetModel(model);
+  p.profile = "h100-sxm-80g";
+  p.gpus = gpus;
+  p.gpus_per_node = 8;
+  p.strategy = s;
+  p.shard_group_size = group;
+  p.offload = o;
+  p.seq_len = 8192;
+  p.micro_batch = 1;
+  p.grad_accum = 2;
+  NormaliseGrouping(p);
+  p.Validate();
+  return p;
+}
+
+// h100-sxm-80g.json: cuda_context 536,870,912; workspace 268,435,456; NCCL buffers 402,653,184 per communicator.
+constexpr double kContext = 536'870'912, kWorkspace = 268'435'456, kNccl = 402'653'184;
+
+TEST(MemoryModelTest, Llama3_8bFullShard8Gpus) {
+  auto h100 = Profile("h100-sxm-80g");
+  StepProgram prog = BuildStepProgram(MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard), h100);
+  // Every unit divides by 8 (embedding 525,336,576; block 218,112,000; head 525,340,672), so padded = N.
+  const double shard = 8'030'261'248.0 / 8;  // 1,003,782,656
+  EXPECT_DOUBLE_EQ(prog.persistent.param_shards, 4 * shard);     // 4,015,130,624
+  EXPECT_DOUBLE_EQ(prog.persistent.param_shards, 4'015'130'624.0);
+  EXPECT_DOUBLE_EQ(prog.persistent.grad_shards, 4 * shard);
+  EXPECT_DOUBLE_EQ(prog.persistent.optimizer_state, 8 * shard);  // 8,030,261,248
+  EXPECT_DOUBLE_EQ(prog.persistent.compute_params, 0);
+  EXPECT_DOUBLE_EQ(prog.persistent.cuda_context, kContext);
+  EXPECT_DOUBLE_EQ(prog.persistent.workspaces, kWorkspace);
+  EXPECT_DOUBLE_EQ(prog.persistent.collective_buffers, 1 * kNccl);  // one communicator
+  EXPECT_DOUBLE_EQ(prog.host.Total(), 0);
+}
+
+TEST(MemoryModelTest, ShardGradOpKeepsTheSameShards) {
+  auto h100 = Profile("h100-sxm-80g");
+  StepProgram prog = BuildStepProgram(MakePlan("llama3-8b", 8, ShardingStrategy::kShardGradOp), h100);
+  const double shard = 8'030'261'248.0 / 8;
+  EXPECT_DOUBLE_EQ(prog.persistent.param_shards, 4 * shard);
+  EXPECT_DOUBLE_EQ(prog.persistent.grad_shards, 4 * shard);
+  EXPECT_DOUBLE_EQ(prog.persistent.optimizer_state, 8 * shard);
+  EXPECT_DOUBLE_EQ(prog.persistent.compute_params, 0);
+}
+
+TEST(MemoryModelTest, NoShard2GpusTiedModel) {
+  auto h100 = Profile("h100-sxm-80g");
+  StepProgram prog = BuildStepProgram(MakePlan("llama3.2-1b", 2, ShardingStrategy::kNoShard), h100);
+  // G = 1: every GPU holds everything. N = 1,235,814,400.
+  const double n = 1'235'814'400.0;
+  EXPECT_DOUBLE_EQ(prog.persistent.param_shards, 4 * n);     // 4,943,257,600
+  EXPECT_DOUBLE_EQ(prog.persistent.grad_shards, 4 * n);
+  EXPECT_DOUBLE_EQ(prog.persistent.optimizer_state, 8 * n);  // 9,886,515,200
+  EXPECT_DOUBLE_EQ(prog.persistent.compute_params, 2 * n);   // resident bf16 replica: 2,471,628,800
+  EXPECT_DOUBLE_EQ(prog.persistent.collective_buffers, kNccl);
+}
+
+TEST(MemoryModelTest, HybridShard16GpusGroup8) {
+  auto h100 = Profile("h100-sxm-80g");
+  Plan plan = MakePlan("llama3-8b", 16, ShardingStrategy::kHybridShard, 8);
+  ASSERT_EQ(plan.ReplicaGroups(), 2);
+  StepProgram prog = BuildStepProgram(plan, h100);
+  const double shard = 8'030'261'248.0 / 8;  // sharded within the group of 8, replicated across 2 groups
+  EXPECT_DOUBLE_EQ(prog.persistent.param_shards, 4 * shard);
+  EXPECT_DOUBLE_EQ(prog.persistent.grad_shards, 4 * shard);
+  EXPECT_DOUBLE_EQ(prog.persistent.optimizer_state, 8 * shard);
+  EXPECT_DOUBLE_EQ(prog.persistent.collective_buffers, 2 * kNccl);  // shard group + replica group
+  // The cross-group all-reduce of a block moves its fp32 shard: 4 * 218,112,000 / 8.
+  for (const auto& op : prog.ops)
+    if (op.kind == OpKind::kAllReduce && op.unit == prog.BlockUnit(0)) {
+      EXPECT_DOUBLE_EQ(op.work.collective_bytes, 4 * 218'112'000.0 / 8);
+      EXPECT_EQ(op.work.group_size, 2);
+    }
+}
+
+TEST(MemoryModelTest, OffloadVariants) {
+  auto h100 = Profile("h100-sxm-80g");
+  const double shard = 8'030'261'248.0 / 8;
+  {
+    StepProgram p = BuildStepProgram(MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard, 0, Offload::kOptimizer), h100);
+    EXPECT_DOUBLE_EQ(p.persistent.param_shards, 0);
+    EXPECT_DOUBLE_EQ(p.persistent.optimizer_state, 0);
+    EXPECT_DOUBLE_EQ(p.persistent.grad_shards, 4 * shard);
+    EXPECT_DOUBLE_EQ(p.persistent.compute_params, 2 * shard);  // bf16 shard for the gathers
+    EXPECT_DOUBLE_EQ(p.host.master_params, 4 * shard);
+    EXPECT_DOUBLE_EQ(p.host.optimizer_state, 8 * shard);
+    EXPECT_DOUBLE_EQ(p.host.grad_staging, 4 * shard);
+    EXPECT_DOUBLE_EQ(p.host.Total(), 16 * shard);  // 16,060,522,496
+    EXPECT_DOUBLE_EQ(p.host.Total(), 16'060'522'496.0);
+  }
+  {
+    StepProgram p = BuildStepProgram(MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard, 0, Offload::kParams), h100);
+    EXPECT_DOUBLE_EQ(p.persistent.param_shards, 0);
+    EXPECT_DOUBLE_EQ(p.persistent.optimizer_state, 8 * shard);
+    EXPECT_DOUBLE_EQ(p.persistent.grad_shards, 4 * shard);
+    EXPECT_DOUBLE_EQ(p.persistent.compute_params, 2 * shard);
+    EXPECT_DOUBLE_EQ(p.host.Total(), 4 * shard);
+  }
+  {
+    StepProgram p =
+        BuildStepProgram(MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard, 0, Offload::kOptimizerAndParams), h100);
+    EXPECT_DOUBLE_EQ(p.persistent.param_shards + p.persistent.grad_shards + p.persistent.optimizer_state +
+                         p.persistent.compute_params,
+                     0);
+    EXPECT_DOUBLE_EQ(p.host.master_params, (4 + 2) * shard);
+    EXPECT_DOUBLE_EQ(p.host.Total(), (6 + 8 + 4) * shard);
+  }
+}
+
+TEST(MemoryModelTest, PaddingRoundsUpToTheShardGroup) {
+  // tiny-llama: h 64, i 176, 4 heads (hd 16), 2 kv heads, 4 layers, vocab 512, untied.
+  //   embedding = 512*64 = 32,768; head = 32,768 + 64 = 32,832
+  //   block = 64*64 + 2*64*32 + 64*64 + 3*64*176 + 2*64 = 46,208
+  // With G = 7 none divides: 32,768 = 7*4,681 + 1 -> 32,774; 46,208 = 7*6,601 + 1 -> 46,214;
+  // 32,832 = 7*4,690 + 2 -> 32,837. Padded total = 32,774 + 4*46,214 + 32,837 = 250,467 = 7*35,781.
+  auto h100 = Profile("h100-sxm-80g");
+  Plan plan = MakePlan("tiny-llama", 7, ShardingStrategy::kFullShard);
+  plan.seq_len = 128;
+  StepProgram prog = BuildStepProgram(plan, h100);
+  ASSERT_EQ(prog.units.size(), 6u);
+  EXPECT_EQ(prog.units[0].params, 32'768);
+  EXPECT_EQ(prog.units[0].padded_params, 32'774);
+  for (int l = 0; l < 4; ++l) {
+    EXPECT_EQ(prog.units[prog.BlockUnit(l)].params, 46'208);
+    EXPECT_EQ(prog.units[prog.BlockUnit(l)].padded_params, 46'214);
+  }
+  EXPECT_EQ(prog.units[5].params, 32'832);
+  EXPECT_EQ(prog.units[5].padded_params, 32'837);
+  const double shard = 250'467.0 / 7;  // 35,781
+  EXPECT_DOUBLE_EQ(shard, 35'781.0);
+  EXPECT_DOUBLE_EQ(prog.persistent.param_shards, 4 * 35'781.0);
+  EXPECT_DOUBLE_EQ(prog.persistent.grad_shards, 4 * 35'781.0);
+  EXPECT_DOUBLE_EQ(prog.persistent.optimizer_state, 8 * 35'781.0);
+  // The all-gather moves the padded bf16 buffer: 2 * 46,214 for a block.
+  for (const auto& op : prog.ops)
+    if (op.kind == OpKind::kAllGather && op.unit == prog.BlockUnit(2)) { EXPECT_DOUBLE_EQ(op.work.collective_bytes, 2 * 46'214.0); }
+}
+
+TEST(MemoryModelTest, BlockActivationsFormula) {
+  // full = t*(8h + 2(q+2kv) + 2q + 6i + 8 + 4*heads), checkpointed = 2th.
+  {
+    // llama3-8b, mb 1, seq 8192: t = 8192; 8h = 32,768; 2(q+2kv) = 2*(4096+2048) = 12,288; 2q = 8,192;
+    // 6i = 86,016; 8; 4*32 = 128 -> 139,400 bytes per token.
+    auto a = BlockActivations(PresetModel("llama3-8b"), 1, 8192);
+    EXPECT_DOUBLE_EQ(a.full, 8192.0 * (32'768 + 12'288 + 8'192 + 86'016 + 8 + 128));
+    EXPECT_DOUBLE_EQ(a.full, 1'141'964'800.0);
+    EXPECT_DOUBLE_EQ(a.checkpointed, 8192.0 * 2 * 4096);  // 67,108,864
+    // working = t*(6i + 2(q+2kv) + 4h) = 8192*(86,016 + 12,288 + 16,384)
+    EXPECT_DOUBLE_EQ(a.working, 8192.0 * (86'016 + 12'288 + 16'384));
+  }
+  {
+    // qwen2.5-7b, mb 2, seq 4096: t = 8192; h = q = 3584, kv = 512, i = 18944, 28 heads:
+    // 28,672 + 2*(3584+1024) + 7,168 + 113,664 + 8 + 112 = 158,840 bytes per token.
+    auto a = BlockActivations(PresetModel("qwen2.5-7b"), 2, 4096);
+    EXPECT_DOUBLE_EQ(a.full, 8192.0 * (28'672 + 9'216 + 7'168 + 113'664 + 8 + 112));
+    EXPECT_DOUBLE_EQ(a.full, 1'301'217'280.0);
+    EXPECT_DOUBLE_EQ(a.checkpointed, 8192.0 * 2 * 3584);
+  }
+  {
+    // Mistral-Nemo-like (q = 32*128 = 4096 != hidden 5120), mb 1, seq 1024:
+    // 8*5120 + 2*(4096 + 2*1024) + 2*4096 + 6*14336 + 8 + 4*32 = 40,960 + 12,288 + 8,192 + 86,016 + 136
+    ModelSpec m = PresetModel("mistral-7b");
+    m.hidden = 5120;
+    m.head_dim = 128;
+    auto a = BlockActivations(m, 1, 1024);
+    EXPECT_DOUBLE_EQ(a.full, 1024.0 * (40'960 + 12'288 + 8'192 + 86'016 + 136));
+    EXPECT_DOUBLE_EQ(a.checkpointed, 1024.0 * 2 * 5120);
+  }
+}
+
+TEST(MemoryModelTest, ForwardOpsAllocateFullOrCheckpointedActivations) {
+  auto h100 = Profile("h100-sxm-80g");
+  Plan plan = MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard);
+  plan.checkpoint_layers = {0, 5, 31};
+  StepProgram prog = BuildStepProgram(plan, h100);
+  const double full = 1'141'964'800.0, ckpt = 67'108'864.0;  // from BlockActivationsFormula above
+  int checked = 0;
+  for (const auto& op : prog.ops) {
+    if (op.kind != OpKind::kForward || prog.units[op.unit].kind != UnitKind::kBlock) continue;
+    double act = 0;
+    for (const auto& d : op.alloc_at_start)
+      if (d.category == MemoryCategory::kActivations) act += d.bytes;
+    int layer = prog.units[op.unit].layer;
+    bool c = layer == 0 || layer == 5 || layer == 31;
+    EXPECT_DOUBLE_EQ(act, c ? ckpt : full) << op.name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 32 * 2);  // 32 blocks x 2 micro-batches
+}
+
+TEST(MemoryModelTest, BreakdownSumsToDevicePeakAndReservedAddsFragmentation) {
+  auto h100 = Profile("h100-sxm-80g");
+  const std::vector<Plan> plans = {
+      MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard),
+      MakePlan("llama3.2-1b", 2, ShardingStrategy::kNoShard),
+      MakePlan("llama3-8b", 16, ShardingStrategy::kHybridShard, 8),
+      MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard, 0, Offload::kOptimizer),
+      MakePlan("llama3-8b", 8, ShardingStrategy::kShardGradOp),
+  };
+  for (const Plan& plan : plans) {
+    SCOPED_TRACE(StrategyName(plan.strategy) + " " + OffloadName(plan.offload) + " " + plan.model.name);
+    Evaluation ev = EvaluatePlanInDetail(plan, h100);
+    const MemoryEstimate& m = ev.estimate.memory;
+    const PersistentMemory& pm = ev.program.persistent;
+    double sum = 0;
+    for (const auto& [name, bytes] : m.breakdown) sum += bytes;
+    EXPECT_NEAR(sum, m.device_peak_bytes, 1e-9 * m.device_peak_bytes);
+    // allocated = persistent allocator terms + the simulator's transient peak.
+    double persistent = pm.param_shards + pm.grad_shards + pm.optimizer_state + pm.compute_params + pm.workspaces;
+    EXPECT_NEAR(m.peak_allocated_bytes, persistent + ev.simulation.peak_transient_bytes, 1e-9 * m.peak_allocated_bytes);
+    // fragmentation 0.25 in the h100 profile: reserved = 1.25 * allocated.
+    EXPECT_DOUBLE_EQ(m.peak_reserved_bytes, m.peak_allocated_bytes * 1.25);
+    EXPECT_DOUBLE_EQ(m.device_peak_bytes, m.peak_reserved_bytes + kContext + pm.collective_buffers);
+    // capacity = 85,520,809,984 * 0.95
+    EXPECT_DOUBLE_EQ(m.capacity_bytes, 85'520'809'984.0 * 0.95);
+    EXPECT_DOUBLE_EQ(m.host_bytes, ev.program.host.Total());
+    EXPECT_DOUBLE_EQ(m.host_capacity_bytes, 274'877'906'944.0);
+    // The named persistent terms appear in the breakdown with their values.
+    auto term = [&](const std::string& name) {
+      for (const auto& [n, b] : m.breakdown)
+        if (n == name) return b;
+      ADD_FAILURE() << "no term " << name;
+      return -1.0;
+    };
+    EXPECT_DOUBLE_EQ(term("param_shards"), pm.param_shards);
+    EXPECT_DOUBLE_EQ(term("optimizer_state"), pm.optimizer_state);
+    EXPECT_DOUBLE_EQ(term("fragmentation"), 0.25 * m.peak_allocated_bytes);
+    EXPECT_DOUBLE_EQ(term("cuda_context"), kContext);
+  }
+}
+
+TEST(MemoryModelTest, HostBytesForOffloadOptimizerEstimate) {
+  auto h100 = Profile("h100-sxm-80g");
+  Estimate e = EvaluatePlan(MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard, 0, Offload::kOptimizer), h100);
+  // master 4 + AdamW m,v 8 + gradient staging 4 = 16 bytes per sharded parameter.
+  EXPECT_DOUBLE_EQ(e.memory.host_bytes, 16 * 8'030'261'248.0 / 8);
+}
+
+}  // namespace
+}  // namespace llmplan
+
+namespace llmplan {
+namespace {
+
+TEST(MemoryModelTest, OffloadParamsStagesMastersOnlyAfterBackward) {
+  // With params offloaded the GPU keeps a bf16 shard (2 bytes/param) instead of
+  // the fp32 master (4): persistent 2 + 8 + 4 = 14 bytes per sharded parameter
+  // against 4 + 8 + 4 = 16 without offload. The fp32 masters are streamed in
+  // for the optimizer step only, so the activation peak must not carry them
+  // and the allocated peak is lower by exactly 2 * shard.
+  auto h100 = testing::Profile("h100-sxm-80g");
+  Plan none = MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard);
+  Plan params = MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard, 0, Offload::kParams);
+  Evaluation a = EvaluatePlanInDetail(none, h100), b = EvaluatePlanInDetail(params, h100);
+  double last_backward_end = 0;
+  for (const auto& op : b.program.ops)
+    if (op.kind == OpKind::kBackward) last_backward_end = std::max(last_backward_end, b.simulation.ops[op.id].end);
+  int copies = 0;
+  for (const auto& op : b.program.ops)
+    if (op.kind == OpKind::kCopyToDevice && op.name.rfind("h2d master", 0) == 0) {
+      EXPECT_GE(b.simulation.ops[op.id].start, last_backward_end) << op.name;
+      ++copies;
+    }
+  EXPECT_EQ(copies, 34);  // embedding, 32 blocks, head
+  EXPECT_EQ(b.simulation.at_peak[static_cast<int>(MemoryCategory::kOffloadStaging)], 0);
+  const double shard = 8'030'261'248.0 / 8;
+  EXPECT_NEAR(a.estimate.memory.peak_allocated_bytes - b.estimate.memory.peak_allocated_bytes, 2 * shard, 1.0);
+}
+
+}  // namespace
+}  // namespace llmplan

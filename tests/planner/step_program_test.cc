@@ -1,0 +1,247 @@
+// Structure of the step program per strategy: which collectives run, how many
+// times, on which micro-batch; recompute only for checkpointed layers; deps
+// point backwards; every allocation is freed by the end of the step.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "planner/plan.h"
+#include "planner/step_program.h"
+#include "tests/planner/test_support.h"
+
+namespace llmplan {
+namespace {
+
+using testing::Profile;
+
+// tiny-llama has 4 blocks: units are embed(0), blocks 1..4, head(5).
+constexpr int kL = 4;
+constexpr int kUnits = kL + 2;
+constexpr int kAccum = 3;
+
+Plan TinyPlan(int gpus, ShardingStrategy s, int group = 0, Offload o = Offload::kNone) {
+  Plan p;
+  p.model = PresetModel("tiny-llama");
+  p.profile = "h100-sxm-80g";
+  p.gpus = gpus;
+  p.gpus_per_node = 8;
+  p.strategy = s;
+  p.shard_group_size = group;
+  p.offload = o;
+  p.seq_len = 64;
+  p.micro_batch = 2;
+  p.grad_accum = kAccum;
+  NormaliseGrouping(p);
+  p.Validate();
+  return p;
+}
+
+StepProgram Build(const Plan& p) { return BuildStepProgram(p, Profile("h100-sxm-80g")); }
+
+int Count(const StepProgram& prog, OpKind kind, int unit = -2, int mb = -2) {
+  int n = 0;
+  for (const auto& op : prog.ops)
+    if (op.kind == kind && (unit == -2 || op.unit == unit) && (mb == -2 || op.micro_batch == mb)) ++n;
+  return n;
+}
+
+TEST(StepProgramTest, FullShardGathersBlocksTwicePerMicroBatch) {
+  StepProgram p = Build(TinyPlan(4, ShardingStrategy::kFullShard));
+  for (int mb = 0; mb < kAccum; ++mb) {
+    EXPECT_EQ(Count(p, OpKind::kAllGather, 0, mb), 1) << "embedding: forward only";
+    for (int l = 0; l < kL; ++l) EXPECT_EQ(Count(p, OpKind::kAllGather, p.BlockUnit(l), mb), 2) << "block " << l;
+    EXPECT_EQ(Count(p, OpKind::kAllGather, p.HeadUnit(), mb), 1) << "head: kept from forward to backward";
+    // One reduce-scatter per unit per micro-batch.
+    for (int u = 0; u < kUnits; ++u) EXPECT_EQ(Count(p, OpKind::kReduceScatter, u, mb), 1);
+    EXPECT_EQ(Count(p, OpKind::kForward, -2, mb), kUnits);
+    EXPECT_EQ(Count(p, OpKind::kBackward, -2, mb), kUnits);
+  }
+  // Total gathers: (1 + 2*4 + 1) * 3 = 30; releases match gathers.
+  EXPECT_EQ(Count(p, OpKind::kAllGather), (1 + 2 * kL + 1) * kAccum);
+  EXPECT_EQ(Count(p, OpKind::kRelease), Count(p, OpKind::kAllGather));
+  // One replica group: the only all-reduce is the gradient-norm scalar.
+  EXPECT_EQ(Count(p, OpKind::kAllReduce), 1);
+  EXPECT_EQ(Count(p, OpKind::kOptimizerStep), kUnits);
+  EXPECT_EQ(Count(p, OpKind::kRecompute), 0);
+  for (const auto& op : p.ops)
+    if (op.kind == OpKind::kAllGather || op.kind == OpKind::kReduceScatter) { EXPECT_EQ(op.work.group_size, 4); }
+}
+
+TEST(StepProgramTest, ShardGradOpGathersOncePerMicroBatch) {
+  StepProgram p = Build(TinyPlan(4, ShardingStrategy::kShardGradOp));
+  for (int mb = 0; mb < kAccum; ++mb)
+    for (int u = 0; u < kUnits; ++u) {
+      EXPECT_EQ(Count(p, OpKind::kAllGather, u, mb), 1) << "unit " << u;
+      EXPECT_EQ(Count(p, OpKind::kReduceScatter, u, mb), 1) << "unit " << u;
+    }
+  EXPECT_EQ(Count(p, OpKind::kAllGather), kUnits * kAccum);
+}
+
+TEST(StepProgramTest, NoShardAllReducesEachUnitOnceOnTheLastMicroBatch) {
+  StepProgram p = Build(TinyPlan(4, ShardingStrategy::kNoShard));
+  EXPECT_EQ(Count(p, OpKind::kAllGather), 0);
+  EXPECT_EQ(Count(p, OpKind::kReduceScatter), 0);
+  EXPECT_EQ(Count(p, OpKind::kRelease), 0);
+  for (int u = 0; u < kUnits; ++u) {
+    EXPECT_EQ(Count(p, OpKind::kAllReduce, u), 1) << "unit " << u;
+    EXPECT_EQ(Count(p, OpKind::kAllReduce, u, kAccum - 1), 1) << "unit " << u << " on the last micro-batch";
+  }
+  // Plus the gradient-norm scalar (unit -1).
+  EXPECT_EQ(Count(p, OpKind::kAllReduce), kUnits + 1);
+  for (const auto& op : p.ops)
+    if (op.kind == OpKind::kAllReduce && op.unit >= 0) {
+      EXPECT_EQ(op.work.group_size, 4);
+      EXPECT_DOUBLE_EQ(op.work.collective_bytes, 4.0 * static_cast<double>(p.units[op.unit].padded_params));
+    }
+}
+
+TEST(StepProgramTest, HybridReduceScattersEveryMicroBatchAndAllReducesOnTheLast) {
+  StepProgram p = Build(TinyPlan(8, ShardingStrategy::kHybridShard, 4));
+  for (int u = 0; u < kUnits; ++u) {
+    for (int mb = 0; mb < kAccum; ++mb) EXPECT_EQ(Count(p, OpKind::kReduceScatter, u, mb), 1);
+    EXPECT_EQ(Count(p, OpKind::kAllReduce, u), 1);
+    EXPECT_EQ(Count(p, OpKind::kAllReduce, u, kAccum - 1), 1);
+  }
+  EXPECT_EQ(Count(p, OpKind::kAllReduce), kUnits + 1);
+  for (const auto& op : p.ops) {
+    if (op.kind == OpKind::kReduceScatter || op.kind == OpKind::kAllGather) { EXPECT_EQ(op.work.group_size, 4); }
+    if (op.kind == OpKind::kAllReduce && op.unit >= 0) { EXPECT_EQ(op.work.group_size, 2); }  // 8 / 4 groups
+    if (op.kind == OpKind::kAllReduce && op.unit < 0) { EXPECT_EQ(op.work.group_size, 8); }   // grad norm: everyone
+  }
+  // Each cross-group all-reduce follows its unit's last reduce-scatter.
+  std::map<int, int> last_rs;
+  for (const auto& op : p.ops)
+    if (op.kind == OpKind::kReduceScatter) last_rs[op.unit] = op.id;
+  for (const auto& op : p.ops)
+    if (op.kind == OpKind::kAllReduce && op.unit >= 0) {
+      ASSERT_EQ(op.deps.size(), 1u);
+      EXPECT_EQ(op.deps[0], last_rs[op.unit]);
+    }
+}
+
+TEST(StepProgramTest, OffloadOptimizerCopiesDownStepsOnCpuAndCopiesUp) {
+  StepProgram p = Build(TinyPlan(4, ShardingStrategy::kFullShard, 0, Offload::kOptimizer));
+  EXPECT_EQ(Count(p, OpKind::kOptimizerStep), 0);
+  for (int u = 0; u < kUnits; ++u) {
+    EXPECT_EQ(Count(p, OpKind::kCopyToHost, u), 1) << "d2h grads, unit " << u;
+    EXPECT_EQ(Count(p, OpKind::kCpuOptimizerStep, u), 1);
+    EXPECT_EQ(Count(p, OpKind::kCopyToDevice, u), 1) << "h2d params, unit " << u;
+  }
+  // Order per unit: d2h -> cpu adamw -> h2d, each on its own stream.
+  std::map<int, int> d2h, cpu;
+  for (const auto& op : p.ops) {
+    if (op.kind == OpKind::kCopyToHost) {
+      EXPECT_EQ(op.stream, StreamKind::kDeviceToHost);
+      d2h[op.unit] = op.id;
+      // fp32 gradient shard: 4 * padded / 4 GPUs
+      EXPECT_DOUBLE_EQ(op.work.copy_bytes, 4.0 * static_cast<double>(p.units[op.unit].padded_params) / 4);
+    }
+    if (op.kind == OpKind::kCpuOptimizerStep) {
+      EXPECT_EQ(op.stream, StreamKind::kCpu);
+      EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), d2h.at(op.unit)), op.deps.end());
+      cpu[op.unit] = op.id;
+    }
+    if (op.kind == OpKind::kCopyToDevice) {
+      EXPECT_EQ(op.stream, StreamKind::kHostToDevice);
+      EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), cpu.at(op.unit)), op.deps.end());
+      // bf16 params back: 2 * padded / 4
+      EXPECT_DOUBLE_EQ(op.work.copy_bytes, 2.0 * static_cast<double>(p.units[op.unit].padded_params) / 4);
+    }
+  }
+}
+
+TEST(StepProgramTest, RecomputeOnlyForCheckpointedLayers) {
+  Plan plan = TinyPlan(4, ShardingStrategy::kFullShard);
+  plan.checkpoint_layers = {1, 3};
+  StepProgram p = Build(plan);
+  EXPECT_EQ(Count(p, OpKind::kRecompute), 2 * kAccum);
+  for (int mb = 0; mb < kAccum; ++mb) {
+    EXPECT_EQ(Count(p, OpKind::kRecompute, p.BlockUnit(1), mb), 1);
+    EXPECT_EQ(Count(p, OpKind::kRecompute, p.BlockUnit(3), mb), 1);
+    EXPECT_EQ(Count(p, OpKind::kRecompute, p.BlockUnit(0), mb), 0);
+    EXPECT_EQ(Count(p, OpKind::kRecompute, p.BlockUnit(2), mb), 0);
+  }
+  // A recompute runs just before its block's backward, after the re-gather.
+  for (const auto& op : p.ops) {
+    if (op.kind != OpKind::kRecompute) continue;
+    const StepOp& next = p.ops[op.id + 1];
+    EXPECT_EQ(next.kind, OpKind::kBackward);
+    EXPECT_EQ(next.unit, op.unit);
+    EXPECT_NE(std::find(next.deps.begin(), next.deps.end(), op.id), next.deps.end());
+  }
+  Plan none = TinyPlan(4, ShardingStrategy::kFullShard);
+  EXPECT_EQ(Count(Build(none), OpKind::kRecompute), 0);
+}
+
+// Every configuration the builder knows, for the invariants below.
+std::vector<Plan> AllConfigurations() {
+  std::vector<Plan> plans;
+  for (Offload o : {Offload::kNone, Offload::kOptimizer, Offload::kParams, Offload::kOptimizerAndParams}) {
+    plans.push_back(TinyPlan(4, ShardingStrategy::kFullShard, 0, o));
+    plans.push_back(TinyPlan(4, ShardingStrategy::kShardGradOp, 0, o));
+    plans.push_back(TinyPlan(4, ShardingStrategy::kNoShard, 0, o));
+    plans.push_back(TinyPlan(8, ShardingStrategy::kHybridShard, 4, o));
+    plans.push_back(TinyPlan(1, ShardingStrategy::kFullShard, 0, o));
+    Plan ck = TinyPlan(4, ShardingStrategy::kFullShard, 0, o);
+    ck.checkpoint_layers = {0, 2, 3};
+    plans.push_back(ck);
+    Plan tied = TinyPlan(4, ShardingStrategy::kFullShard, 0, o);
+    tied.model = PresetModel("tiny-qwen2");  // tied embedding, 3 blocks
+    plans.push_back(tied);
+    for (int depth : {0, 2}) {
+      Plan pf = TinyPlan(4, ShardingStrategy::kFullShard, 0, o);
+      pf.prefetch_depth = depth;
+      plans.push_back(pf);
+    }
+  }
+  return plans;
+}
+
+TEST(StepProgramTest, DepsPointBackwardsAndIdsAreIndices) {
+  for (const Plan& plan : AllConfigurations()) {
+    StepProgram p = Build(plan);
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      ASSERT_EQ(p.ops[i].id, static_cast<int>(i));
+      for (int d : p.ops[i].deps) {
+        EXPECT_GE(d, 0) << p.ops[i].name;
+        EXPECT_LT(d, static_cast<int>(i)) << p.ops[i].name << " (" << StrategyName(plan.strategy) << ", "
+                                          << OffloadName(plan.offload) << ")";
+      }
+    }
+  }
+}
+
+TEST(StepProgramTest, EveryAllocationIsFreedByTheEnd) {
+  for (const Plan& plan : AllConfigurations()) {
+    SCOPED_TRACE(StrategyName(plan.strategy) + " / " + OffloadName(plan.offload) + " / " + plan.model.name +
+                 " / gpus " + std::to_string(plan.gpus));
+    StepProgram p = Build(plan);
+    double per_category[kNumMemoryCategories] = {};
+    double allocated = 0;
+    for (const auto& op : p.ops) {
+      for (const auto& d : op.alloc_at_start) {
+        EXPECT_GT(d.bytes, 0) << op.name;
+        per_category[static_cast<int>(d.category)] += d.bytes;
+        allocated += d.bytes;
+      }
+      for (const auto& d : op.free_at_end) {
+        EXPECT_LT(d.bytes, 0) << op.name;
+        per_category[static_cast<int>(d.category)] += d.bytes;
+      }
+    }
+    ASSERT_GT(allocated, 0);
+    for (int c = 0; c < kNumMemoryCategories; ++c)
+      EXPECT_NEAR(per_category[c], 0, 1e-9 * allocated) << MemoryCategoryName(static_cast<MemoryCategory>(c));
+  }
+}
+
+TEST(StepProgramTest, OpNamesAreUnique) {
+  for (const Plan& plan : AllConfigurations()) {
+    StepProgram p = Build(plan);
+    std::map<std::string, int> seen;
+    for (const auto& op : p.ops) EXPECT_EQ(seen[op.name]++, 0) << "duplicate op name " << op.name;
+  }
+}
+
+}  // namespace
+}  // namespace llmplan
