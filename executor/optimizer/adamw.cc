@@ -17,8 +17,9 @@ double LearningRateAt(const OptimizerConfig& c, int64_t step) {
   return min_lr + 0.5 * (c.lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-AdamW::AdamW(const OptimizerConfig& config, const std::vector<int64_t>& shard_numels, const at::Device& device)
-    : config_(config) {
+AdamW::AdamW(const OptimizerConfig& config, const std::vector<int64_t>& shard_numels, const at::Device& device,
+             bool allow_fused)
+    : config_(config), allow_fused_(allow_fused) {
   auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
   for (int64_t n : shard_numels) {
     state_.exp_avg.push_back(at::zeros({n}, fp32));
@@ -49,7 +50,7 @@ void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad) {
   const double lr = CurrentLearningRate();
   const double b1 = config_.beta1, b2 = config_.beta2;
   const int64_t t = state_.step + 1;  // 1-based, as torch.optim
-  if (compat::HasFusedAdamW(master.device())) {
+  if (allow_fused_ && compat::HasFusedAdamW(master.device())) {
     step_tensor_.fill_(static_cast<double>(t));
     compat::FusedAdamW(master, grad, m, v, step_tensor_, lr, b1, b2, config_.weight_decay, config_.eps);
     return;

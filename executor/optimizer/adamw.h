@@ -37,7 +37,10 @@ struct AdamWState {
 class AdamW {
  public:
   // `shard_numels[u]` is the length of unit u's fp32 master buffer.
-  AdamW(const OptimizerConfig& config, const std::vector<int64_t>& shard_numels, const at::Device& device);
+  // `allow_fused` false forces the unfused whole-buffer form (tests compare
+  // the two).
+  AdamW(const OptimizerConfig& config, const std::vector<int64_t>& shard_numels, const at::Device& device,
+        bool allow_fused = true);
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
@@ -65,6 +68,7 @@ class AdamW {
  private:
   OptimizerConfig config_;
   AdamWState state_;
+  bool allow_fused_;
   at::Tensor step_tensor_;  // device scalar for the fused kernel's bias correction
 };
 

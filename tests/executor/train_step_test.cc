@@ -1,0 +1,168 @@
+// The step interpreter and the trainer on CPU: checkpointing does not change
+// gradients, micro-batch 4 equals 2 x accumulation 2, a program with gathers
+// (full_shard on one device) equals one without, bad batches are refused
+// before any kernel, and the loss falls over a short run.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "executor/trainer.h"
+#include "planner/user_error.h"
+#include "tests/executor/core_test_support.h"
+
+namespace llmplan::executor {
+namespace {
+
+using testing::Rig;
+using testing::TestPlan;
+
+TEST(TrainStepTest, CheckpointingDoesNotChangeGradients) {
+  Plan plain = TestPlan("tiny-llama", 2, 1, 32);
+  plain.optimizer.grad_clip = 0;
+  Plan checkpointed = plain;
+  checkpointed.checkpoint_layers = {0, 1, 2, 3};
+  Plan some = plain;
+  some.checkpoint_layers = {1, 3};
+  at::Tensor tokens = testing::RandomTokens(2, 32, plain.model.vocab, 5);
+
+  Rig a(plain), b(checkpointed), c(some);
+  int recomputes = 0;
+  for (const auto& op : b.step.program().ops) recomputes += op.kind == OpKind::kRecompute;
+  EXPECT_EQ(recomputes, 4);
+  StepResult ra = a.step.Run({tokens}), rb = b.step.Run({tokens}), rc = c.step.Run({tokens});
+  EXPECT_DOUBLE_EQ(ra.loss, rb.loss);
+  EXPECT_GT(rb.recompute_s, 0);
+  EXPECT_TRUE(at::allclose(a.AllGrads(), b.AllGrads(), 1e-6, 1e-9));
+  EXPECT_TRUE(at::allclose(a.AllGrads(), c.AllGrads(), 1e-6, 1e-9));
+  EXPECT_TRUE(at::allclose(a.AllMasters(), b.AllMasters(), 1e-6, 1e-9));
+}
+
+TEST(TrainStepTest, MicroBatch4EqualsMicroBatch2TimesAccumulation2) {
+  Plan one = TestPlan("tiny-qwen2", 4, 1, 24);  // tied embeddings + biases: the trickiest gradients
+  Plan accum = TestPlan("tiny-qwen2", 2, 2, 24);
+  one.optimizer.lr = accum.optimizer.lr = 1e-3;
+  at::Tensor tokens = testing::RandomTokens(4, 24, one.model.vocab, 9);
+
+  Rig a(one), b(accum);
+  StepResult ra = a.step.Run({tokens});
+  StepResult rb = b.step.Run({tokens.narrow(0, 0, 2), tokens.narrow(0, 2, 2)});
+  EXPECT_NEAR(ra.loss, rb.loss, 1e-5);
+  EXPECT_NEAR(ra.grad_norm, rb.grad_norm, 1e-5 * ra.grad_norm);
+  EXPECT_TRUE(at::allclose(a.AllGrads(), b.AllGrads(), 1e-4, 1e-8));
+  // Parameters after the step. AdamW's first update is ~lr * sign(g), so only
+  // a gradient within float noise of zero could flip; allow 1% of lr.
+  EXPECT_TRUE(at::allclose(a.AllMasters(), b.AllMasters(), 0, 1e-5))
+      << (a.AllMasters() - b.AllMasters()).abs().max().item<double>();
+}
+
+TEST(TrainStepTest, ProgramWithGathersEqualsResidentParameters) {
+  Plan resident = TestPlan("tiny-llama", 2, 2, 16);
+  Plan gathered = resident;
+  gathered.strategy = ShardingStrategy::kFullShard;
+  NormaliseGrouping(gathered);
+  Rig a(resident), b(gathered);
+  int gathers = 0;
+  for (const auto& op : b.step.program().ops) gathers += op.kind == OpKind::kAllGather;
+  EXPECT_GT(gathers, 0);
+  for (int step = 0; step < 3; ++step) {
+    at::Tensor t = testing::RandomTokens(4, 16, resident.model.vocab, 100 + step);
+    std::vector<at::Tensor> mbs = {t.narrow(0, 0, 2), t.narrow(0, 2, 2)};
+    StepResult ra = a.step.Run(mbs), rb = b.step.Run(mbs);
+    EXPECT_DOUBLE_EQ(ra.loss, rb.loss) << "step " << step;
+    EXPECT_EQ(ra.op_seconds.size(), a.step.program().ops.size());
+  }
+  EXPECT_TRUE(at::allclose(a.AllMasters(), b.AllMasters(), 1e-6, 1e-9));
+}
+
+TEST(TrainStepTest, RefusesOutOfVocabularyTokenBeforeAnyKernel) {
+  Plan plan = TestPlan("tiny-llama", 2, 1, 16);
+  Rig rig(plan);
+  at::Tensor before = rig.AllMasters().clone();
+  at::Tensor tokens = testing::RandomTokens(2, 16, plan.model.vocab, 1);
+  tokens[1][7] = plan.model.vocab;  // one past the end
+  try {
+    rig.step.Run({tokens});
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 512 is outside the model's vocabulary [0, 512)"),
+              std::string::npos)
+        << e.what();
+  }
+  tokens[1][7] = -3;
+  EXPECT_THROW(rig.step.Run({tokens}), UserError);
+  EXPECT_THROW(rig.step.Run({tokens.narrow(1, 0, 10)}), UserError);  // wrong shape
+  EXPECT_THROW(rig.step.Run({}), UserError);                        // wrong count
+  EXPECT_TRUE(at::equal(before, rig.AllMasters()));
+}
+
+TEST(TrainStepTest, RefusesMultiGpuAndOffloadPlans) {
+  Plan plan = TestPlan("tiny-llama", 1, 1, 16);
+  plan.offload = Offload::kOptimizer;
+  EXPECT_THROW(Rig{plan}, UserError);
+}
+
+TEST(TrainerTest, LossFallsAndMetricsAreWritten) {
+  Plan plan = TestPlan("tiny-llama", 4, 2, 64, DType::kBF16);  // bf16 compute, as on the GPU
+  plan.checkpoint_layers = {1, 2};
+  plan.optimizer.lr = 1e-2;
+  plan.optimizer.warmup_steps = 5;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "llmplan_trainer_test";
+  std::filesystem::remove_all(dir);
+  TrainConfig config;
+  config.plan = plan;
+  config.steps = 40;
+  config.run_dir = dir.string();
+  config.device = "cpu";
+  config.progress = false;
+  testing::PatternBatches data(plan.micro_batch, plan.seq_len, 64, 21);
+  RunSummary s = Train(config, data);
+  ASSERT_EQ(s.losses.size(), 40u);
+  EXPECT_NEAR(s.first_loss, std::log(512.0), 0.3);  // uniform at initialisation
+  EXPECT_LT(s.final_loss, 0.5 * s.first_loss) << "loss did not fall: " << s.first_loss << " -> " << s.final_loss;
+  EXPECT_EQ(data.position(), 40 * 2 * 4);
+  EXPECT_GT(s.mean_tokens_per_s, 0);
+  EXPECT_GT(s.mean_mfu, 0);  // the cpu profile has a peak
+  EXPECT_GT(s.mean_hfu, s.mean_mfu);  // two checkpointed blocks recomputed
+
+  std::ifstream metrics(dir / "metrics.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(metrics, line)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["step"].get<int64_t>(), lines);
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "hfu", "peak_allocated_bytes",
+                            "peak_reserved_bytes", "forward_s", "backward_s", "optimizer_s", "data_s", "step_s"})
+      EXPECT_TRUE(j.contains(key)) << key;
+    EXPECT_EQ(j["memory_source"], "process_peak_rss");
+    ++lines;
+  }
+  EXPECT_EQ(lines, 40);
+  auto summary = nlohmann::json::parse(std::ifstream(dir / "summary.json"));
+  EXPECT_EQ(summary["steps"], 40);
+  auto program = nlohmann::json::parse(std::ifstream(dir / "program.json"));
+  std::ifstream op_times(dir / "op_times.jsonl");
+  std::getline(op_times, line);
+  EXPECT_EQ(nlohmann::json::parse(line)["seconds"].size(), program["ops"].size());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainerTest, NoCudaIsAClearError) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is present";
+  TrainConfig config;
+  config.plan = TestPlan("tiny-llama", 1, 1, 16);
+  config.steps = 1;
+  config.device = "cuda:0";
+  config.progress = false;
+  testing::PatternBatches data(1, 16, 64, 1);
+  try {
+    Train(config, data);
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--cpu"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace llmplan::executor
