@@ -158,7 +158,8 @@ class Searcher {
       if (req_.global_batch % gpus != 0)
         throw UserError("--global-batch " + std::to_string(req_.global_batch) + " is not a multiple of " +
                         std::to_string(gpus) + " GPUs; use a multiple such as " +
-                        std::to_string((req_.global_batch / gpus + 1) * gpus));
+                        std::to_string(req_.global_batch / gpus * gpus +
+                                       (req_.global_batch / gpus * gpus <= std::numeric_limits<int64_t>::max() - gpus ? gpus : 0)));
       int64_t per_gpu = req_.global_batch / gpus;
       for (int64_t mb : Divisors(per_gpu)) {
         if (mb > 256) break;
@@ -340,7 +341,10 @@ SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profil
   } else {
     int gpn = req.gpus_per_node > 0 ? req.gpus_per_node : profile.gpus_per_node;
     for (int g = 1; g < gpn; g *= 2) counts.push_back(g);
-    for (int g = gpn; g <= req.max_gpus; g += (g < 8 * gpn ? gpn : g / 8 / gpn * gpn)) counts.push_back(g);
+    // int64 and capped at Plan's limit: --max-gpus near INT_MAX made g overflow and loop forever.
+    const int64_t max_gpus = std::min<int64_t>(req.max_gpus, int64_t{1} << 20);
+    for (int64_t g = gpn; g <= max_gpus; g += (g < 8 * gpn ? gpn : g / 8 / gpn * gpn))
+      counts.push_back(static_cast<int>(g));
     if (req.global_batch > 0)
       counts.erase(std::remove_if(counts.begin(), counts.end(), [&](int g) { return req.global_batch % g != 0; }),
                    counts.end());

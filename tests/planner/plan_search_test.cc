@@ -1,0 +1,278 @@
+// Plan search: whatever it returns fits (device and host), honours every pin,
+// agrees bit for bit with EvaluatePlan, and --gpus auto returns the fewest
+// GPUs that fit.
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "planner/plan_search.h"
+#include "planner/user_error.h"
+#include "simulator/evaluate.h"
+#include "tests/planner/test_support.h"
+
+namespace llmplan {
+namespace {
+
+struct Searched {
+  HardwareProfile profile;
+  SearchResult result;
+};
+
+SearchRequest Request(const std::string& model, const std::string& profile, int gpus, int64_t seq, int64_t global_batch) {
+  SearchRequest r;
+  r.model = PresetModel(model);
+  r.profile = profile;
+  r.gpus = gpus;
+  r.seq_len = seq;
+  r.global_batch = global_batch;
+  return r;
+}
+
+Searched Search(const SearchRequest& req) {
+  Searched s{testing::Profile(req.profile), {}};
+  const HardwareProfile& p = s.profile;
+  s.result = SearchPlans(req, p, [&](const Plan& plan) { return EvaluatePlan(plan, p); });
+  return s;
+}
+
+// fits must mean exactly: device peak within capacity and host bytes within host capacity.
+void ExpectFitsIsHonest(const Estimate& e) {
+  bool device_ok = e.memory.device_peak_bytes <= e.memory.capacity_bytes;
+  bool host_ok = e.memory.host_bytes <= e.memory.host_capacity_bytes;
+  EXPECT_EQ(e.fits, device_ok && host_ok) << e.why_not;
+  if (!e.fits) {
+    EXPECT_FALSE(e.why_not.empty());
+  }
+}
+
+void ExpectAllFeasibleFit(const Searched& s) {
+  ASSERT_TRUE(s.result.found) << s.result.why_none;
+  const Estimate& best = s.result.best;
+  EXPECT_TRUE(best.fits);
+  EXPECT_LE(best.memory.device_peak_bytes, best.memory.capacity_bytes);
+  EXPECT_LE(best.memory.host_bytes, best.memory.host_capacity_bytes);
+  EXPECT_DOUBLE_EQ(best.memory.capacity_bytes, s.profile.memory_bytes * s.profile.usable_fraction);
+  EXPECT_GT(best.tokens_per_second_per_gpu, 0);
+  ExpectFitsIsHonest(best);
+  for (const auto& alt : s.result.alternatives) {
+    ExpectFitsIsHonest(alt.estimate);
+    if (alt.estimate.fits) {
+      EXPECT_LE(alt.estimate.memory.device_peak_bytes, alt.estimate.memory.capacity_bytes);
+      EXPECT_LE(alt.estimate.memory.host_bytes, alt.estimate.memory.host_capacity_bytes);
+      // The best is the fastest feasible plan.
+      EXPECT_LE(alt.estimate.tokens_per_second_per_gpu, best.tokens_per_second_per_gpu);
+    }
+    EXPECT_FALSE(alt.reason.empty());
+  }
+}
+
+// The search's figures are EvaluatePlan's, to the last bit.
+void ExpectEqualsEvaluatePlan(const Searched& s) {
+  Estimate again = EvaluatePlan(s.result.best.plan, s.profile);
+  EXPECT_EQ(again.time.step_seconds, s.result.best.time.step_seconds);
+  EXPECT_EQ(again.memory.device_peak_bytes, s.result.best.memory.device_peak_bytes);
+  EXPECT_EQ(again.memory.peak_allocated_bytes, s.result.best.memory.peak_allocated_bytes);
+  EXPECT_EQ(again.tokens_per_second_per_gpu, s.result.best.tokens_per_second_per_gpu);
+  EXPECT_EQ(again.fits, s.result.best.fits);
+  for (const auto& alt : s.result.alternatives) {
+    Estimate a = EvaluatePlan(alt.estimate.plan, s.profile);
+    EXPECT_EQ(a.time.step_seconds, alt.estimate.time.step_seconds);
+    EXPECT_EQ(a.memory.device_peak_bytes, alt.estimate.memory.device_peak_bytes);
+  }
+}
+
+TEST(PlanSearchTest, Llama3_8bOn8H100) {
+  Searched s = Search(Request("llama3-8b", "h100-sxm-80g", 8, 8192, 256));
+  ExpectAllFeasibleFit(s);
+  ExpectEqualsEvaluatePlan(s);
+  const Plan& p = s.result.best.plan;
+  EXPECT_EQ(p.gpus, 8);
+  EXPECT_EQ(p.seq_len, 8192);
+  EXPECT_EQ(p.GlobalBatch(), 256);  // micro_batch * grad_accum * 8
+  EXPECT_NO_THROW(p.Validate());
+}
+
+TEST(PlanSearchTest, Llama3_70bOn64H100) {
+  Searched s = Search(Request("llama3-70b", "h100-sxm-80g", 64, 8192, 512));
+  ExpectAllFeasibleFit(s);
+  ExpectEqualsEvaluatePlan(s);
+  EXPECT_EQ(s.result.best.plan.GlobalBatch(), 512);
+}
+
+TEST(PlanSearchTest, TinyModelOnCpu) {
+  Searched s = Search(Request("tiny-llama", "cpu", 2, 256, 8));
+  ExpectAllFeasibleFit(s);
+  ExpectEqualsEvaluatePlan(s);
+  EXPECT_EQ(s.result.best.plan.GlobalBatch(), 8);
+  // CPU profile: no CUDA context in the device total.
+  EXPECT_EQ(s.profile.device_kind, "cpu");
+}
+
+TEST(PlanSearchTest, Llama3_8bOnOneL40sNeedsOffloadOrCheckpointing) {
+  // 8.03e9 params * 16 bytes of state = 128 GB cannot sit on one 48 GB card:
+  // whatever the search picks must offload.
+  Searched s = Search(Request("llama3-8b", "l40s-pcie", 2, 4096, 64));
+  ExpectAllFeasibleFit(s);
+  ExpectEqualsEvaluatePlan(s);
+  EXPECT_NE(s.result.best.plan.offload, Offload::kNone);
+}
+
+TEST(PlanSearchTest, PinsAreHonoured) {
+  auto base = Request("llama3-8b", "h100-sxm-80g", 8, 8192, 256);  // 32 sequences per GPU
+  auto check_all = [](const Searched& s, auto pred) {
+    ASSERT_TRUE(s.result.found) << s.result.why_none;
+    EXPECT_TRUE(pred(s.result.best.plan));
+    for (const auto& a : s.result.alternatives) EXPECT_TRUE(pred(a.estimate.plan));
+  };
+  {
+    auto r = base;
+    r.strategy = ShardingStrategy::kShardGradOp;
+    Searched s = Search(r);
+    ExpectAllFeasibleFit(s);
+    check_all(s, [](const Plan& p) { return p.strategy == ShardingStrategy::kShardGradOp; });
+  }
+  {
+    auto r = base;
+    r.micro_batch = 2;  // then grad_accum = 32 / 2 = 16
+    Searched s = Search(r);
+    ExpectAllFeasibleFit(s);
+    check_all(s, [](const Plan& p) { return p.micro_batch == 2 && p.grad_accum == 16; });
+  }
+  {
+    auto r = base;
+    r.grad_accum = 8;  // then micro_batch = 32 / 8 = 4
+    Searched s = Search(r);
+    ExpectAllFeasibleFit(s);
+    check_all(s, [](const Plan& p) { return p.grad_accum == 8 && p.micro_batch == 4; });
+  }
+  {
+    auto r = base;
+    r.checkpoint_layers = ParseLayerList("0-15,31", 32);
+    ASSERT_EQ(r.checkpoint_layers->size(), 17u);
+    Searched s = Search(r);
+    ASSERT_TRUE(s.result.found) << s.result.why_none;
+    std::vector<int> expected;
+    for (int i = 0; i <= 15; ++i) expected.push_back(i);
+    expected.push_back(31);
+    check_all(s, [&](const Plan& p) { return p.checkpoint_layers == expected; });
+  }
+  {
+    auto r = base;
+    r.offload = Offload::kOptimizer;
+    Searched s = Search(r);
+    ExpectAllFeasibleFit(s);
+    check_all(s, [](const Plan& p) { return p.offload == Offload::kOptimizer; });
+    EXPECT_GT(s.result.best.memory.host_bytes, 0);
+  }
+  {
+    auto r = base;
+    r.gpus = 16;
+    r.strategy = ShardingStrategy::kHybridShard;
+    r.shard_group_size = 4;
+    Searched s = Search(r);
+    ExpectAllFeasibleFit(s);
+    check_all(s, [](const Plan& p) { return p.strategy == ShardingStrategy::kHybridShard && p.shard_group_size == 4; });
+  }
+}
+
+TEST(PlanSearchTest, ContradictoryPinsThrowUserError) {
+  auto r = Request("llama3-8b", "h100-sxm-80g", 8, 8192, 256);
+  r.micro_batch = 3;  // 32 per GPU is not a multiple of 3
+  EXPECT_THROW(Search(r), UserError);
+  auto q = Request("llama3-8b", "h100-sxm-80g", 8, 8192, 12);  // not a multiple of 8 GPUs
+  EXPECT_THROW(Search(q), UserError);
+  auto z = Request("llama3-8b", "h100-sxm-80g", 8, 0, 256);
+  EXPECT_THROW(Search(z), UserError);
+}
+
+TEST(PlanSearchTest, NothingFitsIsReportedNotFound) {
+  auto r = Request("llama3.1-405b", "l40s-pcie", 1, 4096, 0);
+  r.offload = Offload::kNone;
+  Searched s = Search(r);
+  EXPECT_FALSE(s.result.found);
+  EXPECT_FALSE(s.result.why_none.empty());
+  EXPECT_FALSE(s.result.best.fits);
+}
+
+// --gpus auto returns a count g; each of `smaller_candidates` below g (counts
+// auto would have tried) must not fit when searched with the count pinned.
+void ExpectFewestGpus(SearchRequest req, const std::vector<int>& smaller_candidates) {
+  req.gpus = 0;
+  Searched s = Search(req);
+  ASSERT_TRUE(s.result.found) << s.result.why_none;
+  ExpectAllFeasibleFit(s);
+  ExpectEqualsEvaluatePlan(s);
+  const int g = s.result.best.plan.gpus;
+  // Every smaller candidate fails when searched on its own.
+  for (int smaller : smaller_candidates) {
+    if (smaller >= g) continue;
+    SearchRequest pinned = req;
+    pinned.gpus = smaller;
+    Searched t = Search(pinned);
+    EXPECT_FALSE(t.result.found) << smaller << " GPUs fit, but --gpus auto returned " << g;
+  }
+  // And the count returned, searched on its own, gives the same plan.
+  SearchRequest pinned = req;
+  pinned.gpus = g;
+  Searched t = Search(pinned);
+  ASSERT_TRUE(t.result.found);
+  EXPECT_EQ(t.result.best.time.step_seconds, s.result.best.time.step_seconds);
+}
+
+TEST(PlanSearchTest, AutoGpusReturnsTheFewestThatFit) {
+  // Counts tried: powers of two below the node (1, 2, 4), then multiples of
+  // the node size; a global batch of 64 keeps only its divisors.
+  {
+    auto r = Request("llama3-8b", "l40s-pcie", 0, 4096, 64);
+    ExpectFewestGpus(r, {1, 2, 4});
+  }
+  {
+    auto r = Request("llama3-70b", "h100-sxm-80g", 0, 4096, 64);
+    ExpectFewestGpus(r, {1, 2, 4, 8});
+  }
+  {
+    // Pinned to no offload, 70B needs 16 bytes/param of state (70.55e9 * 16 B = 1.03 TiB): far more
+    // than 8 GPUs. Counts that divide 1024 up to 256: 1, 2, 4, 8, 16, 32, 64, 128, 256.
+    auto r = Request("llama3-70b", "h100-sxm-80g", 0, 4096, 1024);
+    r.offload = Offload::kNone;
+    r.max_gpus = 256;
+    // The next smaller candidate is searched on its own (1..32 GPUs with ~1024
+    // micro-batches per step take seconds each and are hopeless by the 16
+    // bytes/param argument: 1.03 TiB / 32 = 32.9 GiB of state before activations).
+    ExpectFewestGpus(r, {64});
+  }
+}
+
+
+TEST(PlanSearchTest, AutoGpusWithHugeMaxGpusTerminates) {
+  // --max-gpus 2147483647 used to overflow the candidate-count loop (int g +=
+  // g/8 past INT_MAX) and never return.
+  auto r = Request("tiny-llama", "cpu", 0, 128, 0);
+  r.max_gpus = std::numeric_limits<int>::max();
+  Searched s = Search(r);
+  ASSERT_TRUE(s.result.found);
+  EXPECT_EQ(s.result.best.plan.gpus, 1);  // a 250k-parameter model fits on one device
+}
+
+TEST(PlanSearchTest, GlobalBatchSuggestionNeverOverflows) {
+  auto r = Request("tiny-llama", "cpu", 2, 128, std::numeric_limits<int64_t>::max());  // odd
+  try {
+    Search(r);
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    std::string m = e.what();
+    EXPECT_EQ(m.find("such as -"), std::string::npos) << m;
+    // 9223372036854775807 rounded down to a multiple of 2 (rounding up would overflow).
+    EXPECT_NE(m.find("such as 9223372036854775806"), std::string::npos) << m;
+  }
+  auto q = Request("tiny-llama", "cpu", 8, 128, 12);
+  try {
+    Search(q);
+    FAIL() << "expected UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("such as 16"), std::string::npos) << e.what();  // 12 -> next multiple of 8
+  }
+}
+
+}  // namespace
+}  // namespace llmplan

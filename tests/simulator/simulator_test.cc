@@ -1,0 +1,336 @@
+// The discrete-event simulator on small hand-built step programs whose answers
+// can be worked out on paper. The profile is the measured H200 one with its
+// rates overridden so that durations are round numbers:
+//   compute: elementwise at 1e9 bytes/s (efficiency 1)  -> 1e9 bytes = 1 s
+//   collectives on 2 GPUs: a curve of bus bandwidth 5e8 (AG/RS) and 1e9 (AR)
+//     bytes/s with a 1 us floor -> 1e9 bytes = 1 s for every collective
+//   host copies at 1e9 bytes/s, CPU AdamW at 1e9 params/s
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "planner/cost_model.h"
+#include "planner/step_program.h"
+#include "simulator/evaluate.h"
+#include "simulator/simulator.h"
+#include "tests/planner/test_support.h"
+
+namespace llmplan {
+namespace {
+
+HardwareProfile RoundNumberProfile(double slowdown = 0, bool share_link = false) {
+  HardwareProfile p = testing::Profile("h200-sxm");
+  p.memory_bandwidth_bytes_per_s = 1e9;
+  p.elementwise_efficiency = 1.0;
+  p.kernel_launch_s = 0;
+  p.compute_slowdown_during_collectives = slowdown;
+  p.host_to_device_bytes_per_s = 1e9;
+  p.device_to_host_bytes_per_s = 1e9;
+  p.cpu_adam_params_per_s = 1e9;
+  p.copies_share_link = share_link;
+  // One point, 1e3 bytes in 1 us at 2 GPUs. Ring traffic factor at 2 GPUs is
+  // 1/2 for all-gather/reduce-scatter and 1 for all-reduce, so bus bandwidth
+  // is 1e3*0.5/1e-6 = 5e8 (time = B*0.5/5e8 = B/1e9) and 1e3/1e-6 = 1e9 (time = B/1e9).
+  for (LinkCollectives* link : {&p.intra_node, &p.inter_node})
+    for (CollectiveCurve* c : {&link->all_gather, &link->reduce_scatter, &link->all_reduce}) {
+      c->measured_group_size = 2;
+      c->points = {{1e3, 1e-6}};
+      c->hop_latency_s = 0;
+    }
+  return p;
+}
+
+class HandProgram {
+ public:
+  // An op that takes `seconds` alone on `stream`.
+  int Add(OpKind kind, StreamKind stream, double seconds, std::vector<int> deps = {}) {
+    StepOp op;
+    op.id = static_cast<int>(prog_.ops.size());
+    op.kind = kind;
+    op.stream = stream;
+    op.name = OpKindName(kind) + " " + std::to_string(op.id);
+    op.deps = std::move(deps);
+    const double units = seconds * 1e9;
+    switch (kind) {
+      case OpKind::kForward:
+      case OpKind::kBackward:
+      case OpKind::kRecompute:
+      case OpKind::kOptimizerStep: op.work.elementwise_bytes = units; break;
+      case OpKind::kAllGather:
+      case OpKind::kReduceScatter:
+      case OpKind::kAllReduce:
+        op.work.collective = kind == OpKind::kAllGather       ? CollectiveOp::kAllGather
+                             : kind == OpKind::kReduceScatter ? CollectiveOp::kReduceScatter
+                                                              : CollectiveOp::kAllReduce;
+        op.work.collective_bytes = units;
+        op.work.group_size = 2;
+        break;
+      case OpKind::kCopyToDevice:
+      case OpKind::kCopyToHost: op.work.copy_bytes = units; break;
+      case OpKind::kCpuOptimizerStep: op.work.cpu_adam_params = units; break;
+      case OpKind::kRelease: break;
+    }
+    prog_.ops.push_back(op);
+    return op.id;
+  }
+  StepOp& operator[](int id) { return prog_.ops[id]; }
+  const StepProgram& program() const { return prog_; }
+
+ private:
+  StepProgram prog_;
+};
+
+SimulationResult SimulateOn(const HandProgram& b, const HardwareProfile& profile, bool timeline = false) {
+  CostModel cost(profile);
+  SimulationOptions options;
+  options.record_timeline = timeline;
+  return Simulate(b.program(), cost, options);
+}
+
+constexpr double kEps = 1e-12;
+
+TEST(SimulatorTest, CostModelGivesTheRoundDurations) {
+  HardwareProfile p = RoundNumberProfile();
+  CostModel cost(p);
+  HandProgram b;
+  for (OpKind k : {OpKind::kForward, OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kAllReduce,
+                   OpKind::kCopyToDevice, OpKind::kCopyToHost, OpKind::kCpuOptimizerStep}) {
+    int id = b.Add(k, StreamKind::kCompute, 2.5);
+    EXPECT_NEAR(cost.Seconds(b.program().ops[id]), 2.5, kEps) << OpKindName(k);
+  }
+}
+
+TEST(SimulatorTest, SameStreamSerializes) {
+  HandProgram b;
+  b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
+  b.Add(OpKind::kForward, StreamKind::kCompute, 2.0);
+  SimulationResult r = SimulateOn(b, RoundNumberProfile());
+  EXPECT_NEAR(r.ops[0].start, 0, kEps);
+  EXPECT_NEAR(r.ops[0].end, 1, kEps);
+  EXPECT_NEAR(r.ops[1].start, 1, kEps);  // waits for the stream, though it has no dependency
+  EXPECT_NEAR(r.step_seconds, 3, kEps);
+  EXPECT_NEAR(r.busy_seconds[static_cast<int>(StreamKind::kCompute)], 3, kEps);
+}
+
+TEST(SimulatorTest, IndependentOpsOnDifferentStreamsOverlap) {
+  HandProgram b;
+  b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
+  b.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 2.0);
+  b.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.5);
+  SimulationResult r = SimulateOn(b, RoundNumberProfile());
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(r.ops[i].start, 0, kEps);
+  EXPECT_NEAR(r.step_seconds, 2.0, kEps);  // max(1, 2, 1.5), not the sum 4.5
+  EXPECT_NEAR(r.busy_seconds[static_cast<int>(StreamKind::kCpu)], 2.0, kEps);
+}
+
+TEST(SimulatorTest, DependenciesOrderOpsAcrossStreams) {
+  HandProgram b;
+  int a = b.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 1.0);
+  int c = b.Add(OpKind::kForward, StreamKind::kCompute, 2.0, {a});
+  int d = b.Add(OpKind::kCopyToHost, StreamKind::kDeviceToHost, 0.5, {c});
+  int e = b.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 0.25, {a});
+  SimulationResult r = SimulateOn(b, RoundNumberProfile());
+  EXPECT_NEAR(r.ops[c].start, 1.0, kEps);
+  EXPECT_NEAR(r.ops[d].start, 3.0, kEps);
+  EXPECT_NEAR(r.ops[d].end, 3.5, kEps);
+  EXPECT_NEAR(r.ops[e].start, 1.0, kEps);
+  EXPECT_NEAR(r.ops[e].end, 1.25, kEps);
+  EXPECT_NEAR(r.step_seconds, 3.5, kEps);
+}
+
+TEST(SimulatorTest, CollectiveHiddenBehindCompute) {
+  // A 1 s all-gather beside 3 s of compute (no contention): nothing exposed.
+  HandProgram b;
+  b.Add(OpKind::kForward, StreamKind::kCompute, 3.0);
+  b.Add(OpKind::kAllGather, StreamKind::kGather, 1.0);
+  SimulationResult r = SimulateOn(b, RoundNumberProfile());
+  EXPECT_NEAR(r.step_seconds, 3.0, kEps);
+  EXPECT_NEAR(r.exposed_communication_seconds, 0.0, kEps);
+}
+
+TEST(SimulatorTest, CollectiveExposedWhenComputeWaitsForIt) {
+  // Compute needs the gathered parameters: 1 s exposed, then 3 s compute.
+  HandProgram b;
+  int g = b.Add(OpKind::kAllGather, StreamKind::kGather, 1.0);
+  b.Add(OpKind::kForward, StreamKind::kCompute, 3.0, {g});
+  SimulationResult r = SimulateOn(b, RoundNumberProfile());
+  EXPECT_NEAR(r.step_seconds, 4.0, kEps);
+  EXPECT_NEAR(r.exposed_communication_seconds, 1.0, kEps);
+}
+
+TEST(SimulatorTest, CollectivePartlyExposed) {
+  // 1 s compute beside a 3 s reduce-scatter: the last 2 s are exposed.
+  HandProgram b;
+  b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
+  b.Add(OpKind::kReduceScatter, StreamKind::kReduce, 3.0);
+  SimulationResult r = SimulateOn(b, RoundNumberProfile());
+  EXPECT_NEAR(r.step_seconds, 3.0, kEps);
+  EXPECT_NEAR(r.exposed_communication_seconds, 2.0, kEps);
+}
+
+TEST(SimulatorTest, ComputeSlowsExactlyWhileACollectiveRuns) {
+  // slowdown 0.5: compute runs at 1/1.5 of its speed while the 1 s all-gather
+  // runs. In [0, 1] it does 1/1.5 = 2/3 s of its 3 s of work; the remaining
+  // 7/3 s run at full speed, so it ends at 1 + 7/3 = 10/3 s.
+  HandProgram b;
+  int f = b.Add(OpKind::kForward, StreamKind::kCompute, 3.0);
+  int g = b.Add(OpKind::kAllGather, StreamKind::kGather, 1.0);
+  // A second compute op after the collective has ended is not slowed: +2 s.
+  int f2 = b.Add(OpKind::kBackward, StreamKind::kCompute, 2.0, {f});
+  SimulationResult r = SimulateOn(b, RoundNumberProfile(/*slowdown=*/0.5));
+  EXPECT_NEAR(r.ops[g].end, 1.0, kEps);  // collectives are not slowed
+  EXPECT_NEAR(r.ops[f].end, 1.0 + 7.0 / 3.0, kEps);
+  EXPECT_NEAR(r.ops[f2].end, 10.0 / 3.0 + 2.0, kEps);
+  EXPECT_NEAR(r.step_seconds, 16.0 / 3.0, kEps);
+  EXPECT_NEAR(r.busy_seconds[static_cast<int>(StreamKind::kCompute)], 16.0 / 3.0, kEps);
+  EXPECT_NEAR(r.busy_seconds[static_cast<int>(StreamKind::kGather)], 1.0, kEps);
+
+  // Two collectives back to back on different streams cover [0, 2]: compute of
+  // 4 s does 2/1.5 = 4/3 s of work in [0, 2], then 8/3 s -> ends at 2 + 8/3.
+  HandProgram b2;
+  int c = b2.Add(OpKind::kForward, StreamKind::kCompute, 4.0);
+  int ag = b2.Add(OpKind::kAllGather, StreamKind::kGather, 1.0);
+  b2.Add(OpKind::kReduceScatter, StreamKind::kReduce, 2.0);
+  SimulationResult r2 = SimulateOn(b2, RoundNumberProfile(0.5));
+  EXPECT_NEAR(r2.ops[ag].end, 1.0, kEps);
+  EXPECT_NEAR(r2.ops[c].end, 2.0 + 8.0 / 3.0, kEps);
+
+  // Host copies are not collectives: no slowdown.
+  HandProgram b3;
+  int c3 = b3.Add(OpKind::kForward, StreamKind::kCompute, 3.0);
+  b3.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.0);
+  SimulationResult r3 = SimulateOn(b3, RoundNumberProfile(0.5));
+  EXPECT_NEAR(r3.ops[c3].end, 3.0, kEps);
+}
+
+TEST(SimulatorTest, SharedHostLinkHalvesBothDirectionsWhileBothRun) {
+  // h2d 1 s and d2h 2 s start together. Shared link: both at half speed until
+  // h2d finishes at t = 2 (1 s of work at 0.5); d2h has done 1 s of its 2 s
+  // and finishes the last 1 s at full speed: t = 3.
+  HandProgram b;
+  int up = b.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.0);
+  int down = b.Add(OpKind::kCopyToHost, StreamKind::kDeviceToHost, 2.0);
+  SimulationResult shared = SimulateOn(b, RoundNumberProfile(0, /*share_link=*/true));
+  EXPECT_NEAR(shared.ops[up].end, 2.0, kEps);
+  EXPECT_NEAR(shared.ops[down].end, 3.0, kEps);
+  // Copies are communication: with compute idle all 3 s are exposed.
+  EXPECT_NEAR(shared.exposed_communication_seconds, 3.0, kEps);
+  // Full duplex: independent.
+  SimulationResult duplex = SimulateOn(b, RoundNumberProfile(0, false));
+  EXPECT_NEAR(duplex.ops[up].end, 1.0, kEps);
+  EXPECT_NEAR(duplex.ops[down].end, 2.0, kEps);
+  // One direction alone runs at full speed even on a shared link.
+  HandProgram one;
+  one.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.0);
+  EXPECT_NEAR(SimulateOn(one, RoundNumberProfile(0, true)).step_seconds, 1.0, kEps);
+}
+
+TEST(SimulatorTest, MemoryPeakAtTheRightMoment) {
+  // compute A [0,1]   allocates 100 activations, frees them at its end
+  // cpu Y     [0,0.5] no memory
+  // cpu X     [0.5,2.5] allocates 40 workspace at its start, frees at its end
+  // compute B [1,3]   allocates 120 logits at its start, frees at its end
+  // In use: t=0: 100; t=0.5: 140; t=1: A frees (40) then B allocates -> 160;
+  // t=2.5: 120; t=3: 0. Peak 160 at t = 1 with {workspace 40, logits 120}.
+  HandProgram b;
+  int a = b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
+  b[a].alloc_at_start = {{MemoryCategory::kActivations, 100}};
+  b[a].free_at_end = {{MemoryCategory::kActivations, -100}};
+  int y = b.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 0.5);
+  int x = b.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 2.0, {y});
+  b[x].alloc_at_start = {{MemoryCategory::kWorkspace, 40}};
+  b[x].free_at_end = {{MemoryCategory::kWorkspace, -40}};
+  int bb = b.Add(OpKind::kBackward, StreamKind::kCompute, 2.0);
+  b[bb].alloc_at_start = {{MemoryCategory::kLogits, 120}};
+  b[bb].free_at_end = {{MemoryCategory::kLogits, -120}};
+  SimulationResult r = SimulateOn(b, RoundNumberProfile(), /*timeline=*/true);
+  EXPECT_DOUBLE_EQ(r.peak_transient_bytes, 160);
+  EXPECT_NEAR(r.peak_time, 1.0, kEps);
+  EXPECT_DOUBLE_EQ(r.at_peak[static_cast<int>(MemoryCategory::kWorkspace)], 40);
+  EXPECT_DOUBLE_EQ(r.at_peak[static_cast<int>(MemoryCategory::kLogits)], 120);
+  EXPECT_DOUBLE_EQ(r.at_peak[static_cast<int>(MemoryCategory::kActivations)], 0);
+  // The timeline ends with everything freed, and its maximum is the peak.
+  ASSERT_FALSE(r.timeline.empty());
+  EXPECT_DOUBLE_EQ(r.timeline.back().bytes, 0);
+  EXPECT_NEAR(r.timeline.back().time, 3.0, kEps);
+  double max = 0;
+  for (const auto& s : r.timeline) max = std::max(max, s.bytes);
+  EXPECT_DOUBLE_EQ(max, 160);
+  // Without record_timeline nothing is recorded, the peak is the same.
+  SimulationResult q = SimulateOn(b, RoundNumberProfile(), false);
+  EXPECT_TRUE(q.timeline.empty());
+  EXPECT_DOUBLE_EQ(q.peak_transient_bytes, 160);
+}
+
+TEST(SimulatorTest, ReleaseIsInstantAndFreesAtItsMoment) {
+  // gather [0,1] allocates 50; compute [1,3] uses it; release (0 s) after the
+  // compute frees it at t = 3; a later compute [3,4] allocates 30.
+  HandProgram b;
+  int g = b.Add(OpKind::kAllGather, StreamKind::kGather, 1.0);
+  b[g].alloc_at_start = {{MemoryCategory::kGatheredParams, 50}};
+  int f = b.Add(OpKind::kForward, StreamKind::kCompute, 2.0, {g});
+  int rel = b.Add(OpKind::kRelease, StreamKind::kCompute, 0.0, {f});
+  b[rel].free_at_end = {{MemoryCategory::kGatheredParams, -50}};
+  int f2 = b.Add(OpKind::kForward, StreamKind::kCompute, 1.0, {rel});
+  b[f2].alloc_at_start = {{MemoryCategory::kActivations, 30}};
+  SimulationResult r = SimulateOn(b, RoundNumberProfile());
+  EXPECT_NEAR(r.ops[rel].start, 3.0, kEps);
+  EXPECT_NEAR(r.ops[rel].end, 3.0, kEps);
+  EXPECT_NEAR(r.ops[f2].start, 3.0, kEps);
+  EXPECT_DOUBLE_EQ(r.peak_transient_bytes, 50);  // not 80: freed before f2 allocates
+  EXPECT_NEAR(r.step_seconds, 4.0, kEps);
+}
+
+TEST(SimulatorTest, DeadlockThrowsLogicError) {
+  // Each op waits on the other.
+  HandProgram b;
+  b.Add(OpKind::kForward, StreamKind::kCompute, 1.0, {1});
+  b.Add(OpKind::kAllGather, StreamKind::kGather, 1.0, {0});
+  EXPECT_THROW(SimulateOn(b, RoundNumberProfile()), std::logic_error);
+  // A dependency on a later op of the same stream can never be met either.
+  HandProgram c;
+  c.Add(OpKind::kForward, StreamKind::kCompute, 1.0, {1});
+  c.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
+  EXPECT_THROW(SimulateOn(c, RoundNumberProfile()), std::logic_error);
+}
+
+TEST(SimulatorTest, EmptyProgramTakesNoTime) {
+  HandProgram b;
+  SimulationResult r = SimulateOn(b, RoundNumberProfile());
+  EXPECT_EQ(r.step_seconds, 0);
+  EXPECT_EQ(r.peak_transient_bytes, 0);
+}
+
+TEST(SimulatorTest, BuiltProgramsRespectStreamsAndDeps) {
+  // On a real program: every op starts after its deps end, ops of one stream
+  // never overlap, and the recorded timeline's maximum is the reported peak.
+  HardwareProfile h200 = testing::Profile("h200-sxm");
+  Plan plan;
+  plan.model = PresetModel("llama3-8b");
+  plan.gpus = 8;
+  plan.seq_len = 4096;
+  plan.micro_batch = 2;
+  plan.grad_accum = 2;
+  plan.checkpoint_layers = {3, 10, 20};
+  NormaliseGrouping(plan);
+  Evaluation ev = EvaluatePlanInDetail(plan, h200, true);
+  const auto& ops = ev.program.ops;
+  std::array<double, kNumStreams> stream_free{};
+  for (const auto& op : ops) {
+    const OpTiming& t = ev.simulation.ops[op.id];
+    EXPECT_LE(t.start, t.end);
+    for (int d : op.deps) EXPECT_GE(t.start, ev.simulation.ops[d].end - 1e-12) << op.name;
+    int s = static_cast<int>(op.stream);
+    EXPECT_GE(t.start, stream_free[s] - 1e-12) << op.name;
+    stream_free[s] = t.end;
+  }
+  double max = 0;
+  for (const auto& s : ev.simulation.timeline) max = std::max(max, s.bytes);
+  EXPECT_DOUBLE_EQ(max, ev.simulation.peak_transient_bytes);
+  double end = 0;
+  for (const auto& t : ev.simulation.ops) end = std::max(end, t.end);
+  EXPECT_DOUBLE_EQ(end, ev.simulation.step_seconds);
+}
+
+}  // namespace
+}  // namespace llmplan
