@@ -67,7 +67,8 @@ void MetricsLog::LogStep(const StepMetrics& m, const std::vector<double>& op_sec
                         {"backward_s", m.backward_s},
                         {"optimizer_s", m.optimizer_s},
                         {"comm_s", m.comm_s},
-                        {"step_s", m.step_s}};
+                        {"step_s", m.step_s},
+                        {"data_position", m.data_position}};
     metrics_ << j.dump() << "\n";
     metrics_.flush();  // a crashed run still leaves every finished step on disk
     op_times_ << nlohmann::json{{"step", m.step}, {"seconds", op_seconds}}.dump() << "\n";

@@ -3,7 +3,7 @@
 //   RUN_DIR/metrics.jsonl   one JSON object per step: step, loss, lr, grad_norm,
 //                           tokens_per_s, mfu, hfu, memory peaks, seconds per
 //                           phase (data, forward, recompute, backward,
-//                           optimizer, comm, step)
+//                           optimizer, comm, step), data position
 //   RUN_DIR/program.json    the step program's ops (id, name, kind, unit,
 //                           micro-batch, stream): the key for op_times
 //   RUN_DIR/op_times.jsonl  per step, seconds of every op indexed by op id —
@@ -38,6 +38,7 @@ struct StepMetrics {
   std::string memory_source;  // "cuda_caching_allocator" or "process_peak_rss"
   double data_s = 0, forward_s = 0, recompute_s = 0, backward_s = 0, optimizer_s = 0, comm_s = 0;
   double step_s = 0;  // wall time of the whole step, data included
+  int64_t data_position = 0;  // global samples consumed after this step (where a resume continues)
 };
 
 struct RunSummary {

@@ -39,10 +39,10 @@ StepInterpreter::StepInterpreter(const Plan& plan, const LlamaModel& model, std:
       timer_(std::make_unique<compat::OpTimer>(device)) {
   if (plan.gpus != 1)
     throw UserError("plan for " + std::to_string(plan.gpus) +
-                    " GPUs: this executor runs one process on one device; make a plan with --gpus 1");
+                    " GPUs: this executor runs one process on one device so far; make the plan with llmplan estimate --gpus 1");
   if (plan.offload != Offload::kNone)
     throw UserError("plan offloads '" + OffloadName(plan.offload) +
-                    "': offload is not implemented in the executor yet; make a plan with offload none");
+                    "': offload is not implemented in the executor yet; make the plan with llmplan estimate --offload none");
   if (static_cast<int>(units.size()) != model.num_units() ||
       static_cast<int>(program_.units.size()) != model.num_units())
     throw UserError("step program has " + std::to_string(program_.units.size()) + " units, the model " +

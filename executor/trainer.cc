@@ -155,6 +155,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     m.optimizer_s = r.optimizer_s;
     m.comm_s = r.comm_s;
     m.step_s = step_s;
+    m.data_position = data.position();
     log.LogStep(m, r.op_seconds);
 
     summary.losses.push_back(r.loss);

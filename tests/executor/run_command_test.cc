@@ -93,5 +93,15 @@ TEST_F(RunCommandTest, BadInputIsOneLineWithStatus2) {
   EXPECT_EQ(steps.status, 2) << steps.output;
 }
 
+TEST_F(RunCommandTest, WithoutCpuFlagNeedsAGpu) {
+  MakePlanAndData();
+  CommandResult run = RunLlmplan("run --plan " + Path("plan.json") + " --data " + Path("text.bin") +
+                                 " --steps 1 --out " + Path("r"));
+  if (run.status == 0) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_EQ(run.status, 2) << run.output;
+  EXPECT_NE(run.output.find("no CUDA GPU"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("--cpu"), std::string::npos) << run.output;
+}
+
 }  // namespace
 }  // namespace llmplan
