@@ -246,4 +246,34 @@ inline void SynchronizeDevice(const at::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index() < 0 ? -1 : device.index());
 }
 
+// ---------------------------------------------------------------------------
+// Distributed (c10d): TCPStore, PrefixStore, ProcessGroupGloo
+
+// Gloo process groups need Gloo's own headers, which Debian's libtorch-dev
+// ships (libgloo-dev) but a LibTorch wheel may not. Without them the Gloo
+// communicator still compiles and refuses at run time with a clear message.
+#if __has_include(<gloo/algorithm.h>) && __has_include(<torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>)
+#define LLMPLAN_HAS_GLOO 1
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO  // ProcessGroupGloo.hpp is empty unless this is defined
+#endif
+#else
+#define LLMPLAN_HAS_GLOO 0
+#endif
+
+// Gloo's ProcessGroup in 1.13 sums float/double/half/integers but not
+// bfloat16; the Gloo communicator then sums bf16 in fp32 (also more accurate,
+// and on CPU the extra conversion is cheap next to the TCP transfer).
+// All-gather and broadcast move bytes, so they view bf16 as int16 instead.
+#define LLMPLAN_GLOO_SUMS_BFLOAT16 0
+
+#ifdef LLMPLAN_WITH_CUDA
+// Tells the caching allocator that `tensor`'s memory is used on `stream` (a
+// communicator's own stream), so freeing it on the caller's stream does not
+// hand the block to another tensor while the collective still reads it.
+inline void RecordStreamUse(const at::Tensor& tensor, c10::cuda::CUDAStream stream) {
+  c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), stream);
+}
+#endif
+
 }  // namespace llmplan::compat
