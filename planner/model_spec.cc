@@ -55,6 +55,12 @@ void ModelSpec::Validate() const {
   if (heads % kv_heads != 0)
     throw UserError("model " + name + ": num_attention_heads (" + std::to_string(heads) +
                     ") must be a multiple of num_key_value_heads (" + std::to_string(kv_heads) + ")");
+  // Each dimension below 2^24 is not enough: hidden x (heads x head_dim) can
+  // reach 2^72. With heads x head_dim <= 2^24 too (so kv_heads x head_dim is),
+  // a block is below 8 x 2^48 parameters and the model below 2^63.
+  if (heads * head_dim > (int64_t{1} << 24))
+    throw UserError("model " + name + ": num_attention_heads x head_dim = " + std::to_string(heads * head_dim) +
+                    " is absurdly large");
   if (head_dim % 2 != 0) throw UserError("model " + name + ": head_dim must be even for rotary embeddings");
   if (!(rope_theta > 0)) throw UserError("model " + name + ": rope_theta must be positive");
   if (!(rms_norm_eps > 0 && rms_norm_eps < 1)) throw UserError("model " + name + ": rms_norm_eps must be in (0, 1)");

@@ -84,6 +84,9 @@ void Plan::Validate() const {
   if (seq_len < 1 || seq_len > (int64_t{1} << 22)) fail("seq_len must be between 1 and 4194304");
   if (micro_batch < 1 || micro_batch > 65536) fail("micro_batch must be between 1 and 65536");
   if (grad_accum < 1 || grad_accum > 65536) fail("grad_accum must be between 1 and 65536");
+  // Each factor is bounded, their product is not: keep TokensPerStep() in int64.
+  if (static_cast<double>(GlobalBatch()) * static_cast<double>(seq_len) > 9007199254740992.0)  // 2^53
+    fail("micro_batch x grad_accum x gpus x seq_len is over 2^53 tokens per step");
   if (prefetch_depth < 0 || prefetch_depth > 8) fail("prefetch_depth must be between 0 and 8");
   if (loss_chunk_tokens < 1) fail("loss_chunk_tokens must be positive");
   for (size_t i = 0; i < checkpoint_layers.size(); ++i) {

@@ -37,36 +37,62 @@ std::vector<int> CheckpointOrder(const std::vector<LayerCheckpointCost>& layers,
   if (ckpt.size() != n) ckpt.assign(n, false);
   std::vector<int> order;
   double peak = ActivationPeak(layers, ckpt, head_bytes, working_bytes);
+  // Per round, the peak with each candidate added comes from prefix/suffix
+  // maxima in O(1) (below), so a round is O(n) and the order O(n^2): trying
+  // every candidate with ActivationPeak made it O(n^3), minutes at 1,000+ layers.
+  std::vector<double> back(n), upto(n), after(n + 1);
+  std::vector<int> left(back.size()), right(back.size());
   while (peak > budget_bytes) {
+    // Backward peaks B_j of the current set, their maxima over j <= i and j > i,
+    // and the nearest chosen block on each side.
+    double saved = 0;
+    for (size_t i = 0; i < n; ++i) saved += ckpt[i] ? layers[i].checkpointed_bytes : layers[i].full_bytes;
+    double prefix = saved;
+    for (size_t j = n; j-- > 0;) {
+      back[j] = prefix + (ckpt[j] ? layers[j].full_bytes - layers[j].checkpointed_bytes : 0) + working_bytes;
+      prefix -= ckpt[j] ? layers[j].checkpointed_bytes : layers[j].full_bytes;
+    }
+    after[n] = -std::numeric_limits<double>::infinity();
+    for (size_t j = n; j-- > 0;) after[j] = std::max(after[j + 1], back[j]);
+    for (size_t j = 0; j < n; ++j) upto[j] = j > 0 ? std::max(upto[j - 1], back[j]) : back[j];
+    for (size_t j = 0, last = n; j < n; ++j) {
+      if (ckpt[j]) last = j;
+      left[j] = last == n ? -1 : static_cast<int>(last);
+    }
+    for (size_t j = n, next = n; j-- > 0;) {
+      if (ckpt[j]) next = j;
+      right[j] = next == n ? -1 : static_cast<int>(next);
+    }
     // Most peak reduction per second of recompute. Ties (identical blocks)
     // go to the block farthest from those already chosen, which spreads
     // recompute evenly ("every k-th block") instead of bunching it.
     int best = -1;
-    double best_gain = 0, best_peak = peak;
+    double best_gain = 0;
     int best_distance = -1;
     for (size_t i = 0; i < n; ++i) {
       if (ckpt[i]) continue;
-      ckpt[i] = true;
-      double p = ActivationPeak(layers, ckpt, head_bytes, working_bytes);
-      ckpt[i] = false;
+      // Checkpointing block i sheds d = full - input from the saved total and
+      // from every backward peak above it; its own backward peak is unchanged
+      // (it rebuilds exactly d), and those below it are untouched.
+      const double d = layers[i].full_bytes - layers[i].checkpointed_bytes;
+      const double p = std::max({saved - d + head_bytes, upto[i], after[i + 1] - d});
       if (peak - p <= peak * 1e-12) continue;  // lowers nothing (e.g. the last block)
       double gain = (peak - p) / std::max(layers[i].recompute_seconds, 1e-12);
       int distance = static_cast<int>(n);
-      for (size_t j = 0; j < n; ++j)
-        if (ckpt[j]) distance = std::min(distance, static_cast<int>(i > j ? i - j : j - i));
+      if (left[i] >= 0) distance = std::min(distance, static_cast<int>(i) - left[i]);
+      if (right[i] >= 0) distance = std::min(distance, right[i] - static_cast<int>(i));
       bool better = best < 0 || gain > best_gain * (1 + 1e-9) ||
                     (gain >= best_gain * (1 - 1e-9) && distance > best_distance);
       if (better) {
         best = static_cast<int>(i);
         best_gain = gain;
-        best_peak = p;
         best_distance = distance;
       }
     }
     if (best < 0) break;  // nothing left that helps
     ckpt[best] = true;
     order.push_back(best);
-    peak = best_peak;
+    peak = ActivationPeak(layers, ckpt, head_bytes, working_bytes);
   }
   return order;
 }

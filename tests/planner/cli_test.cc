@@ -232,6 +232,15 @@ TEST(CliTest, HostileModelConfigsExitTwoWithOneLine) {
       {"tie_string.json", with("tie_word_embeddings", "true")},
       {"mlp_bias.json", with("mlp_bias", true)},
       {"rope.json", with("rope_theta", -1)},
+      // Each field below 2^24 but hidden x heads x head_dim = 2^72: used to overflow int64.
+      {"overflow_product.json", [&] {
+         nlohmann::json j = good;
+         for (const char* k : {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                               "head_dim", "vocab_size"})
+           j[k] = 16777216;
+         j["num_hidden_layers"] = 4096;
+         return j.dump();
+       }()},
   };
   for (const auto& [name, text] : files) ExpectBadInput("estimate --gpu cpu --gpus 1 --model '" + dir.Write(name, text) + "'", dir);
   // A directory without config.json, and a path that does not exist.
@@ -304,6 +313,14 @@ TEST(CliTest, MalformedPlanFilesForSimulate) {
       {"lr.json", edit([](auto& j) { j["optimizer"]["lr"] = "high"; })},
       {"dtype.json", edit([](auto& j) { j["param_dtype"] = "fp8"; })},
       {"prefetch.json", edit([](auto& j) { j["prefetch_depth"] = 100; })},
+      // Every factor in range, tokens per step 2^20 * 2^16 * 2^16 * 2^22 = 2^74: used to print "0 tokens".
+      {"absurd_tokens.json", edit([](auto& j) {
+         j["gpus"] = 1048576;
+         j["shard_group_size"] = 1048576;
+         j["micro_batch"] = 65536;
+         j["grad_accum"] = 65536;
+         j["seq_len"] = 4194304;
+       })},
   };
   for (const auto& [name, text] : files) ExpectBadInput("simulate --plan '" + dir.Write(name, text) + "'", dir);
   ExpectBadInput("simulate --plan '" + dir.File("missing.json") + "'", dir);

@@ -247,5 +247,24 @@ TEST(ModelSpecTest, BadConfigsThrowUserError) {
   EXPECT_THROW(LoadModelSpec("no-such-model"), UserError);
 }
 
+
+TEST(ModelSpecTest, DimensionProductsCannotOverflow) {
+  // Every field below 2^24 is not enough: hidden 2^24 x (heads 2^24 x head_dim 2^24) = 2^72.
+  ModelSpec m = PresetModel("llama3-8b");
+  m.hidden = m.intermediate = m.heads = m.kv_heads = m.head_dim = m.vocab = int64_t{1} << 24;
+  m.layers = 4096;
+  EXPECT_THROW(m.Validate(), UserError);
+  // The largest shape still accepted has an exact, positive count:
+  // h = i = V = q = 2^24 (1 head of 2^24), kv = 1, L = 4096:
+  // layer = 2^48 (q) + 2*2^48 (k, v) + 2^48 (o) + 3*2^48 (MLP) + 2*2^24 = 7*2^48 + 2^25
+  // total = 4096*layer + 2*2^48 + 2^24 = 7*2^60 + 2^37 + 2^49 + 2^24  (< 2^63)
+  m.heads = m.kv_heads = 1;
+  EXPECT_NO_THROW(m.Validate());
+  const int64_t p48 = int64_t{1} << 48;
+  EXPECT_EQ(m.ParamsPerBlock(), 7 * p48 + (int64_t{1} << 25));
+  EXPECT_EQ(m.TotalParams(), 7 * (int64_t{1} << 60) + (int64_t{1} << 37) + (int64_t{1} << 49) + (int64_t{1} << 24));
+  EXPECT_GT(m.TotalParams(), 0);
+}
+
 }  // namespace
 }  // namespace llmplan

@@ -1,0 +1,97 @@
+// Plan files: JSON round trip, layer lists, and validation of what a plan
+// file may say.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/plan.h"
+#include "planner/user_error.h"
+#include "tests/planner/test_support.h"
+
+namespace llmplan {
+namespace {
+
+Plan Example() {
+  Plan p;
+  p.model = PresetModel("qwen2.5-7b");
+  p.profile = "h200-sxm";
+  p.gpus = 16;
+  p.strategy = ShardingStrategy::kHybridShard;
+  p.shard_group_size = 8;
+  p.seq_len = 4096;
+  p.micro_batch = 2;
+  p.grad_accum = 4;
+  p.offload = Offload::kOptimizer;
+  p.checkpoint_layers = {0, 3, 4, 5, 27};
+  p.prefetch_depth = 2;
+  p.optimizer.lr = 1e-4;
+  p.seed = 7;
+  p.Validate();
+  return p;
+}
+
+TEST(PlanTest, JsonRoundTrip) {
+  Plan a = Example();
+  testing::ScratchDir dir;
+  SavePlan(a, dir.File("p.json"));
+  Plan b = LoadPlan(dir.File("p.json"));
+  EXPECT_EQ(PlanToJson(a), PlanToJson(b));
+  EXPECT_EQ(b.model.TotalParams(), 7'615'616'512);
+  EXPECT_EQ(b.checkpoint_layers, (std::vector<int>{0, 3, 4, 5, 27}));
+  EXPECT_EQ(b.GlobalBatch(), 2 * 4 * 16);
+  EXPECT_EQ(b.TokensPerStep(), 2 * 4 * 16 * 4096);
+  EXPECT_EQ(b.ReplicaGroups(), 2);
+  // The estimate --json shape (plan under "plan") is accepted too.
+  nlohmann::json wrapped = {{"plan", PlanToJson(a)}, {"fits", true}};
+  EXPECT_EQ(PlanToJson(PlanFromJson(wrapped, "wrapped")), PlanToJson(a));
+}
+
+TEST(PlanTest, LayerLists) {
+  EXPECT_EQ(ParseLayerList("none", 8), std::vector<int>{});
+  EXPECT_EQ(ParseLayerList("all", 4), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(ParseLayerList("5,0,3-4,4", 8), (std::vector<int>{0, 3, 4, 5}));
+  EXPECT_EQ(FormatLayerList({0, 3, 4, 5, 7}), "0,3-5,7");
+  EXPECT_EQ(FormatLayerList({}), "none");
+  for (const char* bad : {"5-2", "8", "x", "-1", "1,,2", "1-", "99999999999"})
+    EXPECT_THROW(ParseLayerList(bad, 8), UserError) << bad;
+}
+
+TEST(PlanTest, ValidateRejectsInconsistentPlans) {
+  auto broken = [](auto f) {
+    Plan p = Example();
+    f(p);
+    return p;
+  };
+  EXPECT_THROW(broken([](Plan& p) { p.shard_group_size = 3; }).Validate(), UserError);   // 16 % 3
+  EXPECT_THROW(broken([](Plan& p) { p.shard_group_size = 16; }).Validate(), UserError);  // hybrid of one group
+  EXPECT_THROW(broken([](Plan& p) { p.checkpoint_layers = {28}; }).Validate(), UserError);
+  EXPECT_THROW(broken([](Plan& p) { p.checkpoint_layers = {3, 1}; }).Validate(), UserError);
+  EXPECT_THROW(broken([](Plan& p) { p.micro_batch = 0; }).Validate(), UserError);
+  EXPECT_THROW(broken([](Plan& p) { p.seq_len = 0; }).Validate(), UserError);
+  EXPECT_THROW(broken([](Plan& p) { p.optimizer.beta2 = 1.0; }).Validate(), UserError);
+  // Every factor in range, but 2^20 GPUs x 2^16 x 2^16 x 2^22 tokens = 2^74 overflows int64.
+  EXPECT_THROW(broken([](Plan& p) {
+                 p.strategy = ShardingStrategy::kFullShard;
+                 p.gpus = p.shard_group_size = 1 << 20;
+                 p.micro_batch = p.grad_accum = 65536;
+                 p.seq_len = 1 << 22;
+               }).Validate(),
+               UserError);
+}
+
+TEST(PlanTest, NormaliseGrouping) {
+  Plan p = Example();
+  p.strategy = ShardingStrategy::kFullShard;
+  NormaliseGrouping(p);
+  EXPECT_EQ(p.shard_group_size, 16);
+  p.strategy = ShardingStrategy::kNoShard;
+  NormaliseGrouping(p);
+  EXPECT_EQ(p.shard_group_size, 1);
+  p.strategy = ShardingStrategy::kHybridShard;
+  p.shard_group_size = 0;
+  NormaliseGrouping(p);
+  EXPECT_EQ(p.shard_group_size, 8);  // min(gpus, gpus_per_node)
+}
+
+}  // namespace
+}  // namespace llmplan
