@@ -1,0 +1,624 @@
+// Launcher: fork/exec of the local ranks, an output pump that prefixes their
+// lines, and a supervision loop that stops the job at the first failure.
+#include "executor/launcher/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string_view>
+#include <thread>
+
+extern char** environ;
+
+namespace llmplan::executor {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string SignalName(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGXFSZ: return "SIGXFSZ";
+    default: return "signal " + std::to_string(sig);
+  }
+}
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+void WriteAll(int fd, const std::string& text) {
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the terminal went away: nothing useful to do
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Output pump: one thread polls every child's pipes and writes whole lines,
+// prefixed with the rank, to the launcher's stdout/stderr. One writer means
+// lines of different ranks never interleave mid-line. It remembers each rank's
+// last non-empty stderr line for the failure message.
+
+class OutputPump {
+ public:
+  struct Source {
+    int fd;       // read end, owned by the pump from now on
+    int rank;
+    int sink_fd;  // STDOUT_FILENO or STDERR_FILENO
+    bool is_stderr;
+  };
+
+  explicit OutputPump(std::vector<Source> sources) {
+    for (Source& s : sources) {
+      ::fcntl(s.fd, F_SETFL, ::fcntl(s.fd, F_GETFL) | O_NONBLOCK);
+      streams_.push_back(Stream{s, "", false});
+    }
+    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error(Errno("launcher: pipe"));
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~OutputPump() { Stop(std::chrono::milliseconds(0)); }
+  OutputPump(const OutputPump&) = delete;
+  OutputPump& operator=(const OutputPump&) = delete;
+
+  // Waits until `rank`'s stderr has closed (its process, and any it forked,
+  // have exited) or `timeout` has passed, so the failure message can quote
+  // the last line the rank wrote.
+  void WaitStderrClosed(int rank, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return stderr_closed_.count(rank) > 0; });
+  }
+
+  std::string LastStderrLine(int rank) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = last_line_.find(rank);
+    return it == last_line_.end() ? "" : it->second;
+  }
+
+  // Lets the pipes drain until they close or `drain` has passed (a grandchild
+  // may hold a pipe open forever), then writes what is left and stops.
+  void Stop(std::chrono::milliseconds drain) {
+    if (!thread_.joinable()) return;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, drain, [&] { return all_closed_; });
+    }
+    stop_.store(true);
+    WriteAll(wake_[1], "x");
+    thread_.join();
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+
+ private:
+  struct Stream {
+    Source source;
+    std::string partial;  // bytes after the last newline
+    bool closed;
+  };
+  void Emit(Stream& s, std::string_view line) {
+    std::string out = "[rank " + std::to_string(s.source.rank) + "] ";
+    out.append(line);
+    out.push_back('\n');
+    WriteAll(s.source.sink_fd, out);
+    if (s.source.is_stderr) {
+      const size_t first = line.find_first_not_of(" \t\r");
+      if (first != std::string_view::npos) {
+        std::lock_guard<std::mutex> lock(mu_);
+        last_line_[s.source.rank] = std::string(line.substr(first));
+      }
+    }
+  }
+
+  // Reads what is available; returns false at end of file.
+  bool Drain(Stream& s) {
+    char buffer[65536];
+    for (;;) {
+      const ssize_t n = ::read(s.source.fd, buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      if (n <= 0) return false;
+      s.partial.append(buffer, static_cast<size_t>(n));
+      size_t start = 0;
+      for (size_t nl; (nl = s.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+        Emit(s, std::string_view(s.partial).substr(start, nl - start));
+      }
+      s.partial.erase(0, start);
+      // A line without an end (a progress bar redrawn with \r) still has to
+      // show up eventually.
+      if (s.partial.size() > 16384) {
+        Emit(s, s.partial);
+        s.partial.clear();
+      }
+    }
+  }
+
+  void Close(Stream& s) {
+    if (!s.partial.empty()) Emit(s, s.partial);
+    s.partial.clear();
+    ::close(s.source.fd);
+    s.closed = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s.source.is_stderr) stderr_closed_.insert(s.source.rank);
+    all_closed_ = std::all_of(streams_.begin(), streams_.end(), [](const Stream& t) { return t.closed; });
+    cv_.notify_all();
+  }
+
+  void Run() {
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<Stream*> owners;
+      for (Stream& s : streams_) {
+        if (s.closed) continue;
+        fds.push_back(pollfd{s.source.fd, POLLIN, 0});
+        owners.push_back(&s);
+      }
+      if (stop_.load()) {
+        for (Stream* s : owners) {
+          Drain(*s);
+          Close(*s);
+        }
+        return;
+      }
+      fds.push_back(pollfd{wake_[0], POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      for (size_t i = 0; i < owners.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        if (!Drain(*owners[i])) Close(*owners[i]);
+      }
+      if (fds.back().revents != 0) {
+        char sink[64];
+        while (::read(wake_[0], sink, sizeof sink) > 0) {
+        }
+      }
+    }
+  }
+
+  std::vector<Stream> streams_;
+  int wake_[2] = {-1, -1};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<int> stderr_closed_;
+  std::map<int, std::string> last_line_;
+  bool all_closed_ = false;
+};
+
+// ---------------------------------------------------------------------------
+// Signals received by the launcher while it supervises. The handler only
+// records the signal; the supervision loop, which polls every few ms, forwards it.
+
+volatile sig_atomic_t g_received_signal = 0;
+
+void RecordSignal(int sig) { g_received_signal = sig; }
+
+class ForwardedSignals {
+ public:
+  ForwardedSignals() {
+    g_received_signal = 0;
+    struct sigaction action {};
+    action.sa_handler = RecordSignal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGINT, &action, &old_int_);
+    ::sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~ForwardedSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  ForwardedSignals(const ForwardedSignals&) = delete;
+  ForwardedSignals& operator=(const ForwardedSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+// ---------------------------------------------------------------------------
+// Spawning.
+
+std::vector<std::string> ChildEnvironment(const LaunchSpec& spec, int rank, int port) {
+  std::vector<std::pair<std::string, std::string>> set = {
+      {"RANK", std::to_string(rank)},
+      {"LOCAL_RANK", std::to_string(rank)},
+      {"WORLD_SIZE", std::to_string(spec.nprocs)},
+      {"LOCAL_WORLD_SIZE", std::to_string(spec.nprocs)},
+      {"GROUP_RANK", "0"},
+      {"GROUP_WORLD_SIZE", "1"},
+      {"MASTER_ADDR", spec.master_addr},
+      {"MASTER_PORT", std::to_string(port)},
+  };
+  // NVLink multicast (NVLS) stays off unless the user asked for it: on shared
+  // machines it can take GPUs out of service, and it buys little at 2-8 GPUs.
+  if (std::getenv("NCCL_NVLS_ENABLE") == nullptr) set.emplace_back("NCCL_NVLS_ENABLE", "0");
+  if (spec.cpu && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    set.emplace_back("OMP_NUM_THREADS", std::to_string(std::max(1u, cores / static_cast<unsigned>(spec.nprocs))));
+  }
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string key = entry.substr(0, entry.find('='));
+    const bool overridden =
+        std::any_of(set.begin(), set.end(), [&](const auto& kv) { return kv.first == key; });
+    if (!overridden) env.push_back(entry);
+  }
+  for (const auto& [key, value] : set) env.push_back(key + "=" + value);
+  return env;
+}
+
+std::vector<char*> CStrings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+std::string SelfExecutable() {
+  std::vector<char> buffer(4096);
+  const ssize_t n = ::readlink("/proc/self/exe", buffer.data(), buffer.size() - 1);
+  if (n <= 0) return "/proc/self/exe";
+  return std::string(buffer.data(), static_cast<size_t>(n));
+}
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;  // from waitpid, valid once !running
+};
+
+// Forks and execs one rank. Between fork and exec the child only makes
+// async-signal-safe system calls: the launcher may have other threads
+// (LibTorch's pools), whose locks a forked child must never touch.
+pid_t SpawnRank(const std::string& exe, std::vector<char*>& argv, std::vector<char*>& envp, int stdout_fd,
+                int stderr_fd) {
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(Errno("launcher: fork"));
+  if (pid > 0) return pid;
+  // Child. If the launcher dies (even by SIGKILL) the ranks must not live on
+  // holding GPUs: the kernel kills them when their parent goes.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (stdout_fd >= 0) ::dup2(stdout_fd, STDOUT_FILENO);
+  ::dup2(stderr_fd, STDERR_FILENO);
+  ::execve(exe.c_str(), argv.data(), envp.data());
+  static const char kMessage[] = "llmplan: launcher: cannot execute the rank's program\n";
+  [[maybe_unused]] ssize_t ignored = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+  ::_exit(127);
+}
+
+std::string DescribeStatus(int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return "killed by signal " + std::to_string(sig) + " (" + SignalName(sig) + ")";
+  }
+  return "exited with status " + std::to_string(WEXITSTATUS(status));
+}
+
+bool Failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+
+std::string Ranks(int n) { return std::to_string(n) + (n == 1 ? " rank" : " ranks"); }
+
+std::optional<std::string> Env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+std::optional<int> EnvInt(const char* name) {
+  const std::optional<std::string> v = Env(name);
+  if (!v) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(v->c_str(), &end, 10);
+  if (errno != 0 || end == v->c_str() || *end != '\0' || value < 0 || value > (1 << 30)) {
+    throw std::runtime_error(std::string("environment variable ") + name + "='" + *v +
+                             "' is not a non-negative integer");
+  }
+  return static_cast<int>(value);
+}
+
+// SLURM_TASKS_PER_NODE, e.g. "8(x2),4": the task count of node `node`.
+std::optional<int> SlurmTasksOnNode(const std::string& text, int node) {
+  size_t pos = 0;
+  int index = 0;
+  while (pos < text.size()) {
+    const size_t comma = text.find(',', pos);
+    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    int count = 0, repeat = 1;
+    if (std::sscanf(item.c_str(), "%d(x%d)", &count, &repeat) < 1) return std::nullopt;
+    if (node < index + repeat) return count;
+    index += repeat;
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+int PickFreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(Errno("launcher: socket"));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = 0;
+  socklen_t length = sizeof address;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    const std::string message = Errno("launcher: cannot find a free TCP port");
+    ::close(fd);
+    throw std::runtime_error(message);
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+bool UnderExternalLauncher() {
+  if (Env("RANK") && Env("WORLD_SIZE")) return true;
+  if (Env("SLURM_PROCID")) {
+    const std::optional<std::string> tasks = Env("SLURM_NTASKS") ? Env("SLURM_NTASKS") : Env("SLURM_NPROCS");
+    return tasks && std::atoi(tasks->c_str()) > 1;
+  }
+  return false;
+}
+
+std::string FirstSlurmHost(const std::string& nodelist) {
+  // The first entry ends at the first comma outside brackets.
+  int depth = 0;
+  size_t end = nodelist.size();
+  for (size_t i = 0; i < nodelist.size(); ++i) {
+    if (nodelist[i] == '[') ++depth;
+    if (nodelist[i] == ']') --depth;
+    if (nodelist[i] == ',' && depth == 0) {
+      end = i;
+      break;
+    }
+  }
+  const std::string entry = nodelist.substr(0, end);
+  const size_t open = entry.find('[');
+  if (open == std::string::npos) return entry;
+  const size_t close = entry.find(']', open);
+  if (close == std::string::npos) return entry;
+  // Inside the brackets: "003-004,9" -> the first number, zero padding kept.
+  const std::string ranges = entry.substr(open + 1, close - open - 1);
+  const size_t stop = ranges.find_first_of("-,");
+  return entry.substr(0, open) + ranges.substr(0, stop) + FirstSlurmHost(entry.substr(close + 1));
+}
+
+RankEnvironment RankFromEnvironment() {
+  RankEnvironment r;
+  const bool torchrun = Env("RANK") && Env("WORLD_SIZE");
+  const bool slurm = !torchrun && Env("SLURM_PROCID");
+  if (torchrun) {
+    r.rank = *EnvInt("RANK");
+    r.world_size = *EnvInt("WORLD_SIZE");
+    r.local_rank = EnvInt("LOCAL_RANK").value_or(r.rank);
+    r.local_world_size = EnvInt("LOCAL_WORLD_SIZE").value_or(r.world_size);
+    r.node_rank = EnvInt("GROUP_RANK").value_or(0);
+  } else if (slurm) {
+    r.rank = *EnvInt("SLURM_PROCID");
+    r.world_size = EnvInt("SLURM_NTASKS").value_or(EnvInt("SLURM_NPROCS").value_or(1));
+    r.local_rank = EnvInt("SLURM_LOCALID").value_or(0);
+    r.node_rank = EnvInt("SLURM_NODEID").value_or(0);
+    std::optional<int> local = EnvInt("SLURM_NTASKS_PER_NODE");
+    if (!local && Env("SLURM_TASKS_PER_NODE")) local = SlurmTasksOnNode(*Env("SLURM_TASKS_PER_NODE"), r.node_rank);
+    r.local_world_size = local.value_or(r.world_size);
+    if (const auto nodes = Env("SLURM_JOB_NODELIST") ? Env("SLURM_JOB_NODELIST") : Env("SLURM_NODELIST")) {
+      r.master_addr = FirstSlurmHost(*nodes);
+    }
+  }
+  if (const auto addr = Env("MASTER_ADDR")) r.master_addr = *addr;
+  if (const auto port = EnvInt("MASTER_PORT")) r.master_port = *port;
+  const char* source = torchrun ? "RANK/WORLD_SIZE" : "SLURM_PROCID/SLURM_NTASKS";
+  if (r.world_size < 1 || r.rank >= r.world_size) {
+    throw std::runtime_error(std::string("launch environment: rank ") + std::to_string(r.rank) + " is not below world size " +
+                             std::to_string(r.world_size) + " (" + source + ")");
+  }
+  if (r.local_world_size < 1 || r.local_rank >= r.local_world_size) {
+    throw std::runtime_error("launch environment: local rank " + std::to_string(r.local_rank) +
+                             " is not below the local world size " + std::to_string(r.local_world_size));
+  }
+  if (r.master_port < 1 || r.master_port > 65535) {
+    throw std::runtime_error("launch environment: MASTER_PORT " + std::to_string(r.master_port) + " is not a TCP port");
+  }
+  return r;
+}
+
+int LaunchLocalRanks(const LaunchSpec& spec) {
+  if (spec.nprocs < 1) throw std::runtime_error("launcher: nprocs must be at least 1");
+  if (spec.argv.empty()) throw std::runtime_error("launcher: empty argv");
+  if (spec.master_port < 0 || spec.master_port > 65535) {
+    throw std::runtime_error("launcher: master_port " + std::to_string(spec.master_port) + " is not a TCP port");
+  }
+  const int port = spec.master_port != 0 ? spec.master_port : PickFreePort();
+  const bool verbose = Env("LLMPLAN_VERBOSE_RANKS").value_or("0") != "0";
+  const std::string exe = SelfExecutable();
+  std::vector<std::string> argv_strings = spec.argv;
+  std::vector<char*> argv = CStrings(argv_strings);
+
+  // Handlers first, so a Ctrl-C that arrives while ranks start is forwarded
+  // instead of killing the launcher and orphaning the ranks started so far.
+  ForwardedSignals signals;
+  std::fflush(stdout);
+  std::fflush(stderr);
+
+  const int dev_null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  std::vector<Child> children;
+  std::vector<OutputPump::Source> sources;
+  auto kill_started = [&] {
+    for (Child& c : children) {
+      ::kill(c.pid, SIGKILL);
+      ::waitpid(c.pid, nullptr, 0);
+    }
+    for (const OutputPump::Source& s : sources) ::close(s.fd);
+    if (dev_null >= 0) ::close(dev_null);
+  };
+  try {
+    for (int rank = 0; rank < spec.nprocs; ++rank) {
+      int err[2], out[2] = {-1, -1};
+      if (::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error(Errno("launcher: pipe"));
+      sources.push_back({err[0], rank, STDERR_FILENO, true});
+      int stdout_fd = -1;  // -1: inherit the launcher's (rank 0)
+      if (rank != 0 && verbose) {
+        if (::pipe2(out, O_CLOEXEC) != 0) {
+          ::close(err[1]);
+          throw std::runtime_error(Errno("launcher: pipe"));
+        }
+        sources.push_back({out[0], rank, STDOUT_FILENO, false});
+        stdout_fd = out[1];
+      } else if (rank != 0) {
+        stdout_fd = dev_null;
+      }
+      std::vector<std::string> env_strings = ChildEnvironment(spec, rank, port);
+      std::vector<char*> envp = CStrings(env_strings);
+      pid_t pid = -1;
+      try {
+        pid = SpawnRank(exe, argv, envp, stdout_fd, err[1]);
+      } catch (...) {
+        ::close(err[1]);
+        if (out[1] >= 0) ::close(out[1]);
+        throw;
+      }
+      // The write ends now belong to the child alone, so its exit closes them.
+      ::close(err[1]);
+      if (out[1] >= 0) ::close(out[1]);
+      children.push_back(Child{rank, pid, true, 0});
+    }
+  } catch (...) {
+    kill_started();
+    throw;
+  }
+  if (dev_null >= 0) ::close(dev_null);
+  OutputPump pump(std::move(sources));
+
+  // Supervision: poll every child without blocking, so that a failure, a
+  // signal to the launcher and the grace deadline are all seen within ~20 ms.
+  std::optional<size_t> failed;  // index of the first child that failed
+  int forwarded_signal = 0;
+  bool stopping = false, escalated = false;
+  int stopped = 0, killed_after_grace = 0;
+  Clock::time_point deadline{};
+  auto running_count = [&] {
+    return static_cast<int>(std::count_if(children.begin(), children.end(), [](const Child& c) { return c.running; }));
+  };
+  auto signal_running = [&](int sig) {
+    for (Child& c : children) {
+      if (c.running) ::kill(c.pid, sig);
+    }
+  };
+  while (running_count() > 0) {
+    for (size_t i = 0; i < children.size(); ++i) {
+      Child& c = children[i];
+      if (!c.running) continue;
+      int status = 0;
+      const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
+      if (r == 0 || (r < 0 && errno == EINTR)) continue;
+      c.running = false;
+      c.status = r < 0 ? 0 : status;
+      // A child that dies after the launcher was signalled (a Ctrl-C reaches
+      // the whole process group) or after we began stopping the job is not
+      // the cause of the stop.
+      if (Failed(c.status) && !failed && !stopping && g_received_signal == 0) failed = i;
+    }
+    if (!stopping && g_received_signal != 0) {
+      forwarded_signal = g_received_signal;
+      stopping = true;
+      stopped = running_count();
+      signal_running(forwarded_signal);
+      deadline = Clock::now() + spec.grace;
+    }
+    if (!stopping && failed) {
+      stopping = true;
+      // Quote the dead rank's last words: give its pipe a moment to drain.
+      pump.WaitStderrClosed(children[*failed].rank, std::chrono::milliseconds(500));
+      stopped = running_count();
+      signal_running(SIGTERM);
+      deadline = Clock::now() + spec.grace;
+    }
+    if (stopping && !escalated && running_count() > 0 && Clock::now() >= deadline) {
+      // Still alive after the grace period: most likely blocked in a
+      // collective waiting for the dead peer, where SIGTERM is not acted on.
+      escalated = true;
+      killed_after_grace = running_count();
+      signal_running(SIGKILL);
+    }
+    if (running_count() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  pump.Stop(std::chrono::milliseconds(1000));
+
+  std::string tail;
+  if (killed_after_grace > 0) {
+    tail = " (" + std::to_string(killed_after_grace) + " needed SIGKILL after " + std::to_string(spec.grace.count()) +
+           " s)";
+  }
+  if (failed) {
+    const Child& c = children[*failed];
+    std::string message = "llmplan: rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
+                          ") died: " + DescribeStatus(c.status);
+    const std::string last = pump.LastStderrLine(c.rank);
+    if (!last.empty()) message += ": " + last;
+    message += "; stopped the other " + Ranks(stopped) + tail + "\n";
+    WriteAll(STDERR_FILENO, message);
+    return 1;
+  }
+  if (forwarded_signal != 0) {
+    WriteAll(STDERR_FILENO, "llmplan: received " + SignalName(forwarded_signal) + "; stopped " + Ranks(stopped) +
+                                tail + "\n");
+    return 128 + forwarded_signal;
+  }
+  return 0;
+}
+
+}  // namespace llmplan::executor

@@ -1,0 +1,90 @@
+// Launcher: starts one training process per local rank, supervises them, and
+// when one dies stops the others and says which rank died and why — the part
+// of torchrun that `llmplan run` needs on one node, without Python.
+//
+// Each child is this same program (/proc/self/exe) with the same argv, told its
+// place through the environment torchrun uses (RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT), so the code a child
+// runs is the same whether this launcher, torchrun or Slurm started it; see
+// RankFromEnvironment(). Children select their GPU with LOCAL_RANK rather than
+// CUDA_VISIBLE_DEVICES, so NCCL sees every GPU of the node and can use
+// peer-to-peer paths between them.
+//
+// Output: rank 0's stdout passes through; other ranks' stdout is dropped unless
+// LLMPLAN_VERBOSE_RANKS=1 (then it is prefixed "[rank N] "). Every rank's
+// stderr passes through, each line prefixed "[rank N] ", so a message can be
+// attributed to its rank.
+//
+// Under torchrun or Slurm (UnderExternalLauncher()) nothing is spawned: the
+// process runs as the rank it was given.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace llmplan::executor {
+
+struct LaunchSpec {
+  // The children's argv (argv[0] included; the program run is /proc/self/exe).
+  std::vector<std::string> argv;
+  int nprocs = 1;
+  // CPU ranks (Gloo): also sets OMP_NUM_THREADS to cores / nprocs when unset,
+  // so nprocs thread pools do not each claim every core.
+  bool cpu = false;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: pick a free port
+  // After the first failure the other ranks get SIGTERM, then SIGKILL if they
+  // have not exited within `grace` (a rank stuck in a collective whose peer
+  // died never returns from it).
+  std::chrono::seconds grace{10};
+};
+
+// Starts spec.nprocs children and waits for them. Returns 0 when every child
+// exited with status 0. When a child exits non-zero or is killed by a signal,
+// stops the others (SIGTERM, SIGKILL after spec.grace), prints one line to
+// stderr, e.g.
+//   llmplan: rank 2 (pid 1234) died: exited with status 1: <its last stderr line>; stopped the other 3 ranks
+// and returns 1. SIGINT/SIGTERM sent to the launcher are forwarded to the
+// children; it then returns 128 + the signal number.
+// REQUIRES: spec.nprocs >= 1, !spec.argv.empty(), 0 <= spec.master_port < 65536.
+// Throws std::runtime_error if the children cannot be started (any already
+// started are stopped first).
+int LaunchLocalRanks(const LaunchSpec& spec);
+
+// True when torchrun (RANK and WORLD_SIZE) or Slurm with more than one task
+// (SLURM_PROCID and SLURM_NTASKS > 1) has placed this process: it must run as
+// the rank it was given instead of spawning. A one-task Slurm allocation
+// (`sbatch` running `llmplan run` directly, or `srun -n1`) is not one: there
+// this process is the node's launcher.
+bool UnderExternalLauncher();
+
+// Where this process sits in the job, from the environment.
+struct RankEnvironment {
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  int node_rank = 0;  // GROUP_RANK (torchrun), SLURM_NODEID
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+
+// Reads torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+// GROUP_RANK, MASTER_ADDR, MASTER_PORT) — which this launcher also sets — and
+// falls back to Slurm's (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS,
+// SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE, SLURM_NODEID, the first host
+// of SLURM_JOB_NODELIST). Neither present: a world of one.
+// Throws std::runtime_error naming a variable that is set but malformed or
+// inconsistent (e.g. RANK >= WORLD_SIZE).
+RankEnvironment RankFromEnvironment();
+
+// The first host name of a Slurm host list: "gpu[003-004,9],login" -> "gpu003".
+std::string FirstSlurmHost(const std::string& nodelist);
+
+// A TCP port that was free a moment ago (bind to port 0, read it back, close).
+// Another process may take it before the rendezvous binds it; with the
+// kernel's ephemeral range that is rare enough for a local launch.
+int PickFreePort();
+
+}  // namespace llmplan::executor
