@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Run THERE (the GPU machine, .deps carried): trains one plan with llmplan's
+# executor and with PyTorch FSDP2 (tools/device/fsdp2_reference.py), one after
+# the other on the same GPUs, and prints both results side by side.
+#
+#   tools/device/compare_fsdp2.sh PLAN.json [STEPS] [--compile]
+#
+# STEPS (default 13) includes 3 untimed warm-up steps on the FSDP2 side, as in
+# shared/facts/h200-measured.md. --compile adds a torch.compile-per-block FSDP2
+# run. Results go to $OUT/compare/ when $OUT is set (they come back with the
+# device call): llmplan_run/ (metrics.jsonl, summary.json), llmplan.log,
+# fsdp2_eager.json [, fsdp2_compiled.json], compare.json.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+plan="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+steps="${2:-13}"
+compile="${3:-}"
+build="${LLMPLAN_GPU_BUILD_DIR:-$root/build-gpu}"
+out="${OUT:+$OUT/compare}"
+out="${out:-$build/compare}"
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+gpus="$(python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); print(p.get("plan", p)["gpus"])' "$plan")"
+if ! "$root/tools/device/gpu_build.sh" >"$out/build.log" 2>&1; then
+  tail -n 40 "$out/build.log"
+  echo "compare_fsdp2: build failed (log: $out/build.log)" >&2
+  exit 1
+fi
+llmplan="$build/tools/llmplan"
+
+# Token content does not change throughput: the repository's own sources, byte-level.
+tokens="$build/compare_tokens.bin"
+[ -f "$tokens" ] || "$llmplan" data prepare -o "$tokens" \
+  $(find "$root/planner" "$root/executor" "$root/simulator" "$root/tools" -name '*.cc' -o -name '*.h' -o -name '*.md')
+
+echo "== llmplan run ($gpus GPU(s))"
+rm -rf "$out/llmplan_run"
+"$llmplan" run --plan "$plan" --data "$tokens" --steps "$steps" --out "$out/llmplan_run" 2>&1 | tee "$out/llmplan.log"
+
+fsdp2() {  # $1: result file, then extra flags
+  local result="$1"
+  shift
+  if [ "$gpus" -gt 1 ]; then
+    python3 -m torch.distributed.run --standalone --nproc-per-node "$gpus" "$root/tools/device/fsdp2_reference.py" \
+      --plan "$plan" --steps "$steps" --warmup 3 --out "$result" "$@"
+  else
+    python3 "$root/tools/device/fsdp2_reference.py" --plan "$plan" --steps "$steps" --warmup 3 --out "$result" "$@"
+  fi
+}
+echo "== PyTorch FSDP2, eager"
+fsdp2 "$out/fsdp2_eager.json"
+if [ "$compile" = "--compile" ]; then
+  echo "== PyTorch FSDP2, torch.compile per block"
+  fsdp2 "$out/fsdp2_compiled.json" --compile
+fi
+
+python3 - "$out" <<'EOF'
+import json, os, sys
+out = sys.argv[1]
+rows = []
+s = json.load(open(os.path.join(out, "llmplan_run", "summary.json")))
+rows.append(("llmplan", s["mean_tokens_per_s"], s["mean_mfu"], s["peak_allocated_bytes"], s["peak_reserved_bytes"]))
+for mode in ("eager", "compiled"):
+    path = os.path.join(out, f"fsdp2_{mode}.json")
+    if os.path.exists(path):
+        r = json.load(open(path))
+        rows.append((f"fsdp2 {mode}", r["tokens_per_s_per_gpu"], r["mfu"], r["peak_allocated_bytes"],
+                     r["peak_reserved_bytes"]))
+print(f"{'run':<16} {'tokens/s':>12} {'MFU':>7} {'peak alloc GiB':>15} {'reserved GiB':>13}")
+for name, tps, mfu, alloc, res in rows:
+    print(f"{name:<16} {tps:>12,.0f} {100 * mfu:>6.1f}% {alloc / 2**30:>15.2f} {res / 2**30:>13.2f}")
+json.dump([dict(zip(("run", "tokens_per_s", "mfu", "peak_allocated_bytes", "peak_reserved_bytes"), r))
+           for r in rows], open(os.path.join(out, "compare.json"), "w"), indent=1)
+EOF
