@@ -95,6 +95,10 @@ class ProgramBuilder {
   // gather k waits for release k - (prefetch_depth + 1).
   std::vector<int> gathers_, releases_;
   std::vector<int> last_forward_, gather_fwd_, grad_reduce_;
+  // Reduce-scatters in issue order. A backward waits for the reduce-scatter two
+  // before it (FSDP2's post-backward waits on the previous one's event), so
+  // unsharded gradients cannot pile up when the reduction is slower than compute.
+  std::vector<int> reduce_scatters_;
 
   int G() const { return plan_.shard_group_size; }
   bool Sharded() const { return plan_.strategy != ShardingStrategy::kNoShard; }
@@ -364,6 +368,7 @@ class ProgramBuilder {
       op.work.elementwise_bytes *= 2;
       op.work.launches *= 2;
       op.deps = {gathered, recompute, previous};
+      if (reduce_scatters_.size() >= 2) op.deps.push_back(reduce_scatters_[reduce_scatters_.size() - 2]);
       // Unsharded gradients in the compute dtype, then cast for the reduction.
       double pu = static_cast<double>(U(u).padded_params);
       bool reduced_later = G() > 1;
@@ -408,6 +413,7 @@ class ProgramBuilder {
       rs.work.spans_nodes = GroupSpansNodes(G());
       rs.free_at_end.push_back({MemoryCategory::kGradBuffers, -grad_bytes});
       reduced = Add(rs);
+      reduce_scatters_.push_back(reduced);
     }
     int replicas = plan_.ReplicaGroups();
     if (last_mb && replicas > 1) {
