@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -403,6 +404,14 @@ int PickFreePort() {
   }
   ::close(fd);
   return ntohs(address.sin_port);
+}
+
+std::vector<std::string> SelfArgv() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  for (std::string arg; std::getline(in, arg, '\0');) argv.push_back(arg);
+  if (argv.empty()) throw std::runtime_error("launcher: cannot read /proc/self/cmdline");
+  return argv;
 }
 
 bool UnderExternalLauncher() {

@@ -82,6 +82,11 @@ RankEnvironment RankFromEnvironment();
 // The first host name of a Slurm host list: "gpu[003-004,9],login" -> "gpu003".
 std::string FirstSlurmHost(const std::string& nodelist);
 
+// This process's own argv (from /proc/self/cmdline), for a LaunchSpec that
+// re-runs the same command as every rank. Throws std::runtime_error if it
+// cannot be read.
+std::vector<std::string> SelfArgv();
+
 // A TCP port that was free a moment ago (bind to port 0, read it back, close).
 // Another process may take it before the rendezvous binds it; with the
 // kernel's ephemeral range that is rare enough for a local launch.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -324,6 +325,12 @@ TEST(LauncherEnvironment, FirstSlurmHost) {
   EXPECT_EQ(FirstSlurmHost("gpu[003-004,9],login"), "gpu003");
   EXPECT_EQ(FirstSlurmHost("gpu[12,14]"), "gpu12");
   EXPECT_EQ(FirstSlurmHost("rack[1-2]-n[05-06]"), "rack1-n05");
+}
+
+TEST(LauncherEnvironment, SelfArgvIsThisCommand) {
+  const std::vector<std::string> argv = SelfArgv();
+  ASSERT_FALSE(argv.empty());
+  EXPECT_EQ(argv[0], program_invocation_name);
 }
 
 TEST(LauncherEnvironment, PickFreePortReturnsAPort) {
