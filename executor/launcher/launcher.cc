@@ -620,7 +620,10 @@ int LaunchLocalRanks(const LaunchSpec& spec) {
     if (!last.empty()) message += ": " + last;
     message += "; stopped the other " + Ranks(stopped) + tail + "\n";
     WriteAll(STDERR_FILENO, message);
-    return 1;
+    // The rank's own status, so llmplan's convention (2: bad input) survives
+    // the launcher; a shell's 128 + signal for a rank that was killed.
+    if (WIFSIGNALED(c.status)) return 128 + WTERMSIG(c.status);
+    return WEXITSTATUS(c.status);
   }
   if (forwarded_signal != 0) {
     WriteAll(STDERR_FILENO, "llmplan: received " + SignalName(forwarded_signal) + "; stopped " + Ranks(stopped) +

@@ -45,8 +45,12 @@ struct LaunchSpec {
 // stops the others (SIGTERM, SIGKILL after spec.grace), prints one line to
 // stderr, e.g.
 //   llmplan: rank 2 (pid 1234) died: exited with status 1: <its last stderr line>; stopped the other 3 ranks
-// and returns 1. SIGINT/SIGTERM sent to the launcher are forwarded to the
-// children; it then returns 128 + the signal number.
+// and returns that rank's exit status (128 + the signal number if it was
+// killed), so a rank's "2: bad input" reaches the shell. SIGINT/SIGTERM sent
+// to the launcher are forwarded to the children; it then returns 128 + the
+// signal number. Children die with the launcher even if it is SIGKILLed.
+// Call from a thread that lives until this returns (the children's
+// parent-death signal follows the thread that forked them).
 // REQUIRES: spec.nprocs >= 1, !spec.argv.empty(), 0 <= spec.master_port < 65536.
 // Throws std::runtime_error if the children cannot be started (any already
 // started are stopped first).

@@ -203,7 +203,7 @@ TEST_F(LauncherTest, FailingRankStopsTheOthersAndIsNamed) {
   std::string err;
   double seconds = 0;
   const int rc = Launch(Spec(3, "sleep,exit3,sleep"), &err, &seconds);
-  EXPECT_NE(rc, 0);
+  EXPECT_EQ(rc, 3) << "the failed rank's status";
   // Well inside the 10 s grace: the sleepers act on SIGTERM.
   EXPECT_LT(seconds, 8.0) << err;
   EXPECT_TRUE(WaitForFiles(dir_, 3, std::chrono::seconds(0))) << "all ranks had started";
@@ -218,7 +218,7 @@ TEST_F(LauncherTest, FailingRankStopsTheOthersAndIsNamed) {
 TEST_F(LauncherTest, RankKilledBySignalIsNamed) {
   std::string err;
   double seconds = 0;
-  EXPECT_EQ(Launch(Spec(2, "sigkill,sleep"), &err, &seconds), 1);
+  EXPECT_EQ(Launch(Spec(2, "sigkill,sleep"), &err, &seconds), 128 + SIGKILL);
   EXPECT_NE(err.find("llmplan: rank 0 (pid "), std::string::npos) << err;
   EXPECT_NE(err.find("died: killed by signal 9 (SIGKILL); stopped the other 1 rank\n"), std::string::npos) << err;
 }
@@ -226,7 +226,7 @@ TEST_F(LauncherTest, RankKilledBySignalIsNamed) {
 TEST_F(LauncherTest, RankIgnoringSigtermIsKilledAfterGrace) {
   std::string err;
   double seconds = 0;
-  EXPECT_EQ(Launch(Spec(2, "exit3,stubborn", /*grace_s=*/1), &err, &seconds), 1);
+  EXPECT_EQ(Launch(Spec(2, "exit3,stubborn", /*grace_s=*/1), &err, &seconds), 3);
   EXPECT_LT(seconds, 8.0) << err;
   EXPECT_NE(err.find("rank 0 (pid "), std::string::npos) << err;
   EXPECT_NE(err.find("stopped the other 1 rank (1 needed SIGKILL after 1 s)"), std::string::npos) << err;
