@@ -152,7 +152,9 @@ def apply_rope(x, cos, sin):
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
-_SDPA_HAS_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
+# How GQA's K/V heads meet the query heads: "repeat" materialises them (torchtitan's repeat_kv;
+# every SDPA backend takes it), "sdpa" passes enable_gqa=True (torch >= 2.5; backends vary).
+GQA_MODE = "repeat"
 
 
 class Block(nn.Module):
@@ -181,7 +183,7 @@ class Block(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.nkv == self.nh:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        elif _SDPA_HAS_GQA:
+        elif GQA_MODE == "sdpa":
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
             rep = self.nh // self.nkv
@@ -278,8 +280,12 @@ def init_distributed(device_kind):
 def fsdp_api():
     try:
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-    except ImportError:  # before 2.6 it lived here
-        from torch.distributed._composable.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+    except Exception:  # before 2.6 it lived here
+        try:
+            from torch.distributed._composable.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+        except Exception as e:
+            raise SystemExit(f"fsdp2_reference: needs PyTorch >= 2.4 (FSDP2 fully_shard); torch "
+                             f"{torch.__version__} has none ({type(e).__name__}: {e})")
     return fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy
 
 
@@ -312,17 +318,18 @@ def build(cfg, args, device, world):
         model.layers[i] = block
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     kwargs = {"mesh": make_mesh(cfg, device, world),
-              "mp_policy": MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32),
-              # shard_grad_op keeps the gathered parameters from forward to backward.
-              "reshard_after_forward": cfg["strategy"] != "shard_grad_op"}
+              "mp_policy": MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)}
+    # shard_grad_op keeps the gathered parameters from forward to backward.
+    reshard = cfg["strategy"] != "shard_grad_op"
     offload = cfg["offload"] != "none"
     if offload:
         # FSDP2 has one kind of offload: parameters, gradients and optimizer state all on the
         # host, the optimizer stepping on the CPU. llmplan's "optimizer" offload keeps less there.
         kwargs["offload_policy"] = CPUOffloadPolicy()
-    for block in model.layers:
-        fully_shard(block, **kwargs)
-    fully_shard(model, **kwargs)
+    for i, block in enumerate(model.layers):
+        # As torchtitan: the last block stays gathered after forward, since backward starts with it.
+        fully_shard(block, reshard_after_forward=reshard and i < len(model.layers) - 1, **kwargs)
+    fully_shard(model, reshard_after_forward=reshard, **kwargs)
     model.to_empty(device="cpu" if offload else device)
     model.init_weights()
     model.init_rope(cfg["seq_len"], device)
@@ -347,6 +354,8 @@ def main(argv=None):
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16", help="compute (param) dtype")
     p.add_argument("--peak-flops", type=float, default=H100_BF16_PEAK, help="per GPU, for MFU")
     p.add_argument("--out", help="also write the JSON line to this file")
+    p.add_argument("--gqa", choices=["repeat", "sdpa"], default="repeat",
+                   help="GQA: repeat K/V heads (torchtitan) or SDPA's enable_gqa")
     g = p.add_argument_group("overrides of the plan (or the whole spec, without --plan)")
     g.add_argument("--seq-len", type=int)
     g.add_argument("--micro-batch", type=int)
@@ -366,6 +375,8 @@ def main(argv=None):
     if args.steps <= args.warmup:
         raise SystemExit("fsdp2_reference: --steps must exceed --warmup (nothing would be timed)")
 
+    global GQA_MODE
+    GQA_MODE = args.gqa
     cfg = load_config(args)
     device, rank, world = init_distributed(args.device)
     if rank == 0 and cfg["gpus"] and cfg["gpus"] != world:
@@ -446,6 +457,7 @@ def main(argv=None):
         "strategy": cfg["strategy"],
         "offload": "fsdp2-cpu-offload" if cfg["offload"] != "none" else "none",
         "dtype": args.dtype,
+        "gqa": args.gqa,
         "warmup_steps": args.warmup,
         "timed_steps": len(step_times),
         "torch": torch.__version__,
