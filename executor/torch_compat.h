@@ -264,7 +264,7 @@ inline void SynchronizeDevice(const at::Device& device) {
 // Gloo's ProcessGroup in 1.13 sums float/double/half/integers but not
 // bfloat16; the Gloo communicator then sums bf16 in fp32 (also more accurate,
 // and on CPU the extra conversion is cheap next to the TCP transfer).
-// All-gather and broadcast move bytes, so they view bf16 as int16 instead.
+// All-gather and broadcast move bytes, so they view bf16 as fp16 (same 2 bytes) instead.
 #define LLMPLAN_GLOO_SUMS_BFLOAT16 0
 
 #ifdef LLMPLAN_WITH_CUDA

@@ -132,9 +132,10 @@ class GlooCommunicator : public Communicator {
           "full has " + std::to_string(full.numel()) + " elements, expected size " + std::to_string(size_) + " x " +
               std::to_string(shard.numel()));
   }
-  // Gloo 1.13 knows no bf16: as raw 16-bit words it can still move them.
+  // Gloo 1.13 knows no bf16, but all-gather and broadcast only move bytes:
   static at::Tensor AsGlooBytes(const at::Tensor& t) {
-    return t.scalar_type() == at::kBFloat16 ? t.view(at::kShort) : t;
+    // (as fp16: Gloo has no int16, and same-dtype copies are bitwise)
+    return t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t;
   }
   // The tensor Gloo sums: bf16 goes through fp32 (see torch_compat.h).
   static at::Tensor SumBuffer(const at::Tensor& flat, bool copy) {

@@ -37,8 +37,10 @@ c10::intrusive_ptr<c10d::Store> Rendezvous(const DistributedEnv& env, std::chron
   options.waitWorkers = true;  // rank 0 returns only once every rank has connected
   options.timeout = timeout;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  c10::intrusive_ptr<c10d::Store> store;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   try {
-    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
   } catch (const std::exception& e) {
     const std::string role =
         env.rank == 0 ? "serving the rendezvous at " + where + ", not all " + std::to_string(env.world_size) +
@@ -48,6 +50,21 @@ c10::intrusive_ptr<c10d::Store> Rendezvous(const DistributedEnv& env, std::chron
                           " (are all ranks started, with the same MASTER_ADDR and MASTER_PORT?): " +
                           FirstLine(e.what()));
   }
+  // Count arrivals ourselves: some TCPStore versions let the server go on
+  // after its wait for workers times out, and the failure would surface later
+  // as an anonymous store timeout inside group creation.
+  const std::string arrived_key = "llmplan/ranks_arrived";
+  int64_t arrived = store->add(arrived_key, 1);
+  while (arrived < env.world_size) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw CollectiveError("rank " + std::to_string(env.rank) + ": only " + std::to_string(arrived) + " of " +
+                            std::to_string(env.world_size) + " ranks reached the rendezvous at " + where + " within " +
+                            Seconds(timeout) + " s (are all ranks started, with the same MASTER_ADDR and MASTER_PORT?)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    arrived = store->add(arrived_key, 0);
+  }
+  return store;
 }
 
 std::unique_ptr<Communicator> Connect(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key,
