@@ -329,7 +329,9 @@ def build(cfg, args, device, world):
     for i, block in enumerate(model.layers):
         # As torchtitan: the last block stays gathered after forward, since backward starts with it.
         fully_shard(block, reshard_after_forward=reshard and i < len(model.layers) - 1, **kwargs)
-    fully_shard(model, reshard_after_forward=reshard, **kwargs)
+    # The root left to FSDP's default: it keeps embedding and head gathered after forward
+    # (backward starts with the head); passing True explicitly would reshard them.
+    fully_shard(model, **kwargs)
     model.to_empty(device="cpu" if offload else device)
     model.init_weights()
     model.init_rope(cfg["seq_len"], device)
