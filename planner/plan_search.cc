@@ -189,6 +189,7 @@ class Searcher {
       int64_t per_gpu = req_.global_batch / gpus;
       for (int64_t mb : Divisors(per_gpu)) {
         if (mb > 256) break;
+        if (per_gpu / mb > 65536) continue;  // over Plan's grad_accum limit: a larger micro-batch may do
         if (req_.micro_batch && mb != *req_.micro_batch) continue;
         if (req_.grad_accum && per_gpu / mb != *req_.grad_accum) continue;
         batches.emplace_back(mb, per_gpu / mb);

@@ -275,5 +275,20 @@ TEST(PlanSearchTest, GlobalBatchSuggestionNeverOverflows) {
   }
 }
 
+TEST(PlanSearchTest, MicroBatchOneOverTheGradAccumLimitIsSkippedNotFatal) {
+  // 65,542 sequences per GPU = 2 x 32,771 (a prime): micro-batch 1 would need
+  // grad_accum 65,542 (> Plan's 65,536), micro-batch 2 needs 32,771, and no
+  // other divisor is <= 256. The search used to abort on the first with
+  // "plan: grad_accum must be between 1 and 65536".
+  auto r = Request("tiny-llama", "cpu", 1, 16, 65542);
+  r.strategy = ShardingStrategy::kFullShard;
+  r.offload = Offload::kNone;
+  r.checkpoint_layers = std::vector<int>{};
+  Searched s = Search(r);
+  ASSERT_TRUE(s.result.found) << s.result.why_none;
+  EXPECT_EQ(s.result.best.plan.micro_batch, 2);
+  EXPECT_EQ(s.result.best.plan.grad_accum, 32771);
+}
+
 }  // namespace
 }  // namespace llmplan
