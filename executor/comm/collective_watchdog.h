@@ -14,6 +14,10 @@
 //   hung; set LLMPLAN_COLLECTIVE_TIMEOUT_S to wait longer)
 //
 // (on one line). Tests replace that exit with their own handler.
+//
+// The line is printed before the abort: once a communicator is aborted, the
+// main thread may wake (its synchronize returns, or its next Wait() throws)
+// and race the watchdog's exit; the user still sees the collective named.
 #pragma once
 
 #include <chrono>

@@ -94,9 +94,15 @@ bool WaitUntil(CollectiveWork& work, std::chrono::steady_clock::time_point deadl
   return true;
 }
 
+// A health-check verdict (already complete, communicators already aborted).
+class HealthCheckFailure : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
+};
+
 [[noreturn]] void FailHealthCheck(ProcessGroups& groups, const std::string& message) {
   for (Communicator* communicator : groups.All()) communicator->Abort();
-  throw CollectiveError(message);
+  throw HealthCheckFailure(message);
 }
 
 void CheckGroup(ProcessGroups& groups, Communicator& group, at::Device device) {
@@ -131,10 +137,10 @@ void CheckGroup(ProcessGroups& groups, Communicator& group, at::Device device) {
     if (!at::equal(value.cpu(), at::full({3}, static_cast<float>(1000 + root)))) {
       FailHealthCheck(groups, who + ": broadcast from group rank " + std::to_string(root) + " gave wrong values");
     }
-  } catch (const CollectiveError& e) {
-    const std::string message = e.what();
-    if (message.rfind("rank ", 0) == 0 && message.find("health check") != std::string::npos) throw;
-    FailHealthCheck(groups, who + " failed: " + message);
+  } catch (const HealthCheckFailure&) {
+    throw;
+  } catch (const CollectiveError& e) {  // the collective itself failed (Gloo timeout, NCCL error)
+    FailHealthCheck(groups, who + " failed: " + e.what());
   }
 }
 

@@ -227,6 +227,9 @@ void ChildWatchdog(const DistributedEnv& env) {
   watchdog.Watch(work, "all-gather block 7 mb 1", comm->name());
   work->Wait();
   torch::cuda::synchronize(device.index());  // hangs: the NCCL kernel waits for rank 1
+  // ncclCommAbort may let the synchronize return just before the watchdog's
+  // _Exit: give it time, so only a watchdog that never exits fails here.
+  std::this_thread::sleep_for(seconds(10));
   ADD_FAILURE() << "the collective finished although rank 1 never joined it";
 }
 
