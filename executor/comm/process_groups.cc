@@ -6,6 +6,7 @@
 #include <thread>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -30,6 +31,9 @@ bool IsLoopback(const std::string& host) {
 }
 
 c10::intrusive_ptr<c10d::Store> Rendezvous(const DistributedEnv& env, std::chrono::milliseconds timeout) {
+  // One process needs no network: an in-memory store, so single-process runs
+  // (and tests run in parallel) never compete for MASTER_PORT.
+  if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(env.master_port);
   options.isServer = env.rank == 0;

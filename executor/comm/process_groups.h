@@ -11,8 +11,9 @@
 // S = world_size is plain fully-sharded training (replica groups of 1);
 // S = 1 is plain data parallelism (shard groups of 1).
 //
-// Rendezvous is a c10d::TCPStore served by rank 0 at master_addr:master_port;
-// each group keys its own exchange under a c10d::PrefixStore.
+// Rendezvous is a c10d::TCPStore served by rank 0 at master_addr:master_port
+// (an in-memory store when world_size is 1: no port needed); each group keys
+// its own exchange under a c10d::PrefixStore.
 #pragma once
 
 #include <chrono>

@@ -437,6 +437,42 @@ class FakeCommunicator : public Communicator {
   std::atomic<bool> aborted{false};
 };
 
+// Claims 2 ranks but sums nothing: the health check must notice.
+class LonelyCommunicator : public FakeCommunicator {
+ public:
+  explicit LonelyCommunicator(std::string name) : name_(std::move(name)) {}
+  int size() const override { return 2; }
+  std::string name() const override { return name_; }
+  std::unique_ptr<CollectiveWork> AllReduce(const at::Tensor&, const std::string&) override {
+    auto work = std::make_unique<FakeWork>();
+    work->done = true;
+    return work;
+  }
+  std::unique_ptr<CollectiveWork> Broadcast(const at::Tensor& t, int, const std::string& w) override {
+    return AllReduce(t, w);
+  }
+
+ private:
+  std::string name_;
+};
+
+TEST(ProcessGroups, HealthCheckNamesRankAndGroupOfAWrongAnswerAndAborts) {
+  ProcessGroups groups;
+  groups.env.rank = 5;
+  groups.timeout = seconds(1);
+  groups.world = std::make_unique<LonelyCommunicator>("world (fake)");
+  groups.shard = std::make_unique<LonelyCommunicator>("shard group 2 (fake)");
+  groups.replica = std::make_unique<LonelyCommunicator>("replica group 1 (fake)");
+  try {
+    HealthCheck(groups);
+    ADD_FAILURE() << "a group whose all-reduce sums nothing passed the health check";
+  } catch (const CollectiveError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("rank 5: health check of world (fake): all-reduce gave"), std::string::npos) << message;
+  }
+  for (Communicator* c : groups.All()) EXPECT_TRUE(static_cast<FakeCommunicator*>(c)->aborted);
+}
+
 TEST(CollectiveWatchdog, FinishedWorkIsForgottenAndLateWorkReportedOnce) {
   std::atomic<int> fired{0};
   CollectiveWatchdog::Expiry seen;
