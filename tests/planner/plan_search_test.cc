@@ -290,5 +290,22 @@ TEST(PlanSearchTest, MicroBatchOneOverTheGradAccumLimitIsSkippedNotFatal) {
   EXPECT_EQ(s.result.best.plan.grad_accum, 32771);
 }
 
+TEST(PlanSearchTest, ChosenCheckpointSetIsMinimal) {
+  // The search checkpoints as few blocks as fit: dropping any one of the
+  // chosen blocks must overflow (fewer recomputed blocks would be faster).
+  for (auto req : {Request("llama3-70b", "h100-sxm-80g", 8, 4096, 64), Request("qwen2.5-14b", "h100-sxm-80g", 8, 8192, 64)}) {
+    Searched s = Search(req);
+    ASSERT_TRUE(s.result.found) << s.result.why_none;
+    const Plan& best = s.result.best.plan;
+    ASSERT_FALSE(best.checkpoint_layers.empty()) << req.model.name << ": the case should need checkpointing";
+    for (size_t i = 0; i < best.checkpoint_layers.size(); ++i) {
+      Plan fewer = best;
+      fewer.checkpoint_layers.erase(fewer.checkpoint_layers.begin() + static_cast<long>(i));
+      EXPECT_FALSE(EvaluatePlan(fewer, s.profile).fits)
+          << req.model.name << ": still fits without block " << best.checkpoint_layers[i];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace llmplan
