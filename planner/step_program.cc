@@ -370,10 +370,18 @@ class ProgramBuilder {
       op.deps = {gathered, recompute, previous};
       if (reduce_scatters_.size() >= 2) op.deps.push_back(reduce_scatters_[reduce_scatters_.size() - 2]);
       // Unsharded gradients in the compute dtype, then cast for the reduction.
-      double pu = static_cast<double>(U(u).padded_params);
       bool reduced_later = G() > 1;
-      double grad_bytes = ParamBytes() * pu + (reduced_later && ReduceBytes() != ParamBytes() ? ReduceBytes() * pu : 0);
-      op.alloc_at_start.push_back({MemoryCategory::kGradBuffers, grad_bytes});
+      auto grad_bytes_of = [&](int unit) {
+        double p = static_cast<double>(U(unit).padded_params);
+        return ParamBytes() * p + (reduced_later && ReduceBytes() != ParamBytes() ? ReduceBytes() * p : 0);
+      };
+      double grad_bytes = grad_bytes_of(u);
+      // Tied embedding: the head's backward produces the shared matrix's
+      // gradient, so the embedding's buffer is allocated there (and freed,
+      // as before, by the embedding's own reduction at the end of backward).
+      double allocated = TiedEmbedding(u) ? 0 : grad_bytes;
+      if (U(u).kind == UnitKind::kHead && plan_.model.tied_embeddings) allocated += grad_bytes_of(0);
+      if (allocated > 0) op.alloc_at_start.push_back({MemoryCategory::kGradBuffers, allocated});
       double working = 0;
       if (block) working = BlockActivations(plan_.model, plan_.micro_batch, plan_.seq_len).working;
       if (U(u).kind == UnitKind::kHead) working = LogitsBytes();

@@ -287,3 +287,52 @@ TEST(MemoryModelTest, OffloadParamsStagesMastersOnlyAfterBackward) {
 
 }  // namespace
 }  // namespace llmplan
+
+namespace llmplan {
+namespace {
+
+TEST(MemoryModelTest, TiedEmbeddingGradientLivesFromTheHeadsBackward) {
+  // llama3.2-1b ties lm_head to embed_tokens: the head's backward computes the
+  // gradient of the shared 128,256 x 2,048 matrix, which then waits for the
+  // embedding's reduction at the end of backward. Full shard over 8 GPUs:
+  // unsharded gradient = bf16 (2 B) + fp32 copy for the reduce-scatter (4 B).
+  //   embedding padded: 128,256 * 2,048 = 262,668,288 (a multiple of 8)
+  //   head (final norm only) padded: 2,048
+  auto h100 = testing::Profile("h100-sxm-80g");
+  Plan plan = MakePlan("llama3.2-1b", 8, ShardingStrategy::kFullShard);
+  StepProgram prog = BuildStepProgram(plan, h100);
+  auto grad_alloc = [](const StepOp& op) {
+    double b = 0;
+    for (const auto& d : op.alloc_at_start)
+      if (d.category == MemoryCategory::kGradBuffers) b += d.bytes;
+    return b;
+  };
+  int heads = 0, embeds = 0;
+  for (const auto& op : prog.ops) {
+    if (op.kind != OpKind::kBackward) continue;
+    if (op.unit == prog.HeadUnit()) {
+      EXPECT_DOUBLE_EQ(grad_alloc(op), 6.0 * (2'048 + 262'668'288.0));
+      ++heads;
+    }
+    if (op.unit == 0) {
+      EXPECT_DOUBLE_EQ(grad_alloc(op), 0);  // already allocated by the head
+      ++embeds;
+    }
+  }
+  EXPECT_EQ(heads, 2);
+  EXPECT_EQ(embeds, 2);
+  // So the buffer is live through every block's backward: at the start of
+  // block 0's backward (last block to run), grad buffers in use >= 6 x 262,668,288.
+  CostModel cost(h100);
+  SimulationResult sim = Simulate(prog, cost, {true});
+  for (const auto& op : prog.ops)
+    if (op.kind == OpKind::kBackward && op.unit == prog.BlockUnit(0) && op.micro_batch == 0) {
+      double t = sim.ops[op.id].start, in_use = 0;
+      for (const auto& s : sim.timeline)
+        if (s.time <= t) in_use = s.bytes;
+      EXPECT_GE(in_use, 6.0 * 262'668'288);
+    }
+}
+
+}  // namespace
+}  // namespace llmplan
