@@ -101,9 +101,13 @@ TEST(CliTest, SimulateTraceIsPerfettoJson) {
                        "--strategy full_shard --micro-batch 1 --offload none -o '" + plan + "'",
                        dir);
   ASSERT_EQ(e.exit_code, 0) << e.err;
-  CliResult s = RunCli("simulate --plan '" + plan + "' --trace '" + trace + "'", dir);
+  const std::string svg = dir.File("step.svg");
+  CliResult s = RunCli("simulate --plan '" + plan + "' --trace '" + trace + "' --svg '" + svg + "'", dir);
   ASSERT_EQ(s.exit_code, 0) << s.err;
   EXPECT_NE(s.out.find("trace written"), std::string::npos);
+  const std::string picture = testing::ReadFile(svg);
+  EXPECT_EQ(picture.rfind("<svg", 0), 0u);
+  EXPECT_NE(picture.find("</svg>"), std::string::npos);
   nlohmann::json t = nlohmann::json::parse(testing::ReadFile(trace));
   ASSERT_TRUE(t["traceEvents"].is_array());
   std::map<int, std::string> tracks;
@@ -328,6 +332,7 @@ TEST(CliTest, MalformedPlanFilesForSimulate) {
   ExpectBadInput("simulate", dir);                                         // --plan missing
   ExpectBadInput("simulate --plan '" + plan + "' --gpu no-such-gpu", dir);
   ExpectBadInput("simulate --plan '" + plan + "' --trace /no/such/dir/t.json", dir);
+  ExpectBadInput("simulate --plan '" + plan + "' --svg /no/such/dir/step.svg", dir);
 }
 
 }  // namespace
