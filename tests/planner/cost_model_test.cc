@@ -1,0 +1,109 @@
+// Hardware profile curves and the cost model, against hand arithmetic.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/cost_model.h"
+#include "planner/hardware_profile.h"
+#include "tests/planner/test_support.h"
+
+namespace llmplan {
+namespace {
+
+HardwareProfile TwoPointProfile() {
+  HardwareProfile p = testing::Profile("h200-sxm");
+  // all-gather / reduce-scatter / all-reduce measured on 2 GPUs at 1e6 B (100 us) and 1e8 B (1 ms).
+  for (CollectiveCurve* c : {&p.intra_node.all_gather, &p.intra_node.reduce_scatter, &p.intra_node.all_reduce}) {
+    c->measured_group_size = 2;
+    c->points = {{1e6, 1e-4}, {1e8, 1e-3}};
+    c->hop_latency_s = 5e-6;
+  }
+  return p;
+}
+
+TEST(CostModelTest, CollectiveRingModel) {
+  HardwareProfile p = TwoPointProfile();
+  // Bus bandwidth at 2 GPUs (ring factor (n-1)/n = 1/2): 1e6*0.5/1e-4 = 5e9 and 1e8*0.5/1e-3 = 5e10 B/s.
+  // 1e7 B is halfway in log(bytes): 5e9*0.5 + 5e10*0.5 = 2.75e10 B/s.
+  // All-gather of 1e7 B among 8: 1e7 * 7/8 / 2.75e10 s; latency floor 1e-4 + 6 extra hops * 5e-6 = 1.3e-4.
+  EXPECT_NEAR(p.CollectiveSeconds(CollectiveOp::kAllGather, 1e7, 8, false), 1e7 * 0.875 / 2.75e10, 1e-15);
+  // At the measured size and group the curve is reproduced: 1e8 B on 2 GPUs takes 1 ms.
+  EXPECT_NEAR(p.CollectiveSeconds(CollectiveOp::kReduceScatter, 1e8, 2, false), 1e-3, 1e-15);
+  // Above the last point bandwidth is held: 1e9 B on 2 GPUs = 10 ms.
+  EXPECT_NEAR(p.CollectiveSeconds(CollectiveOp::kAllGather, 1e9, 2, false), 1e-2, 1e-14);
+  // Tiny messages hit the latency floor: 1e3 B among 8 -> 1.3e-4 s.
+  EXPECT_NEAR(p.CollectiveSeconds(CollectiveOp::kAllGather, 1e3, 8, false), 1e-4 + 6 * 5e-6, 1e-15);
+  // All-reduce moves 2(n-1)/n: bus bandwidth at 2 GPUs is 1e6*1/1e-4 = 1e10 and 1e8/1e-3 = 1e11 B/s;
+  // 1e8 B among 4: 1e8 * 1.5 / 1e11 = 1.5 ms. Its floor adds the hops twice: 1e-4 + 2*2*5e-6.
+  EXPECT_NEAR(p.CollectiveSeconds(CollectiveOp::kAllReduce, 1e8, 4, false), 1.5e-3, 1e-15);
+  EXPECT_NEAR(p.CollectiveSeconds(CollectiveOp::kAllReduce, 4, 4, false), 1e-4 + 2 * 2 * 5e-6, 1e-15);
+  // One rank, or nothing to move: free.
+  EXPECT_EQ(p.CollectiveSeconds(CollectiveOp::kAllReduce, 1e9, 1, false), 0);
+  EXPECT_EQ(p.CollectiveSeconds(CollectiveOp::kAllGather, 0, 8, false), 0);
+  // spans_nodes picks the inter-node curve (h200-sxm.json: all-gather 1 GiB on 2 GPUs in 11.094503 ms).
+  EXPECT_NEAR(p.CollectiveSeconds(CollectiveOp::kAllGather, 1073741824, 2, true), 0.011094503, 1e-12);
+}
+
+TEST(CostModelTest, GemmEfficiencyCurve) {
+  HardwareProfile p = testing::Profile("h200-sxm");
+  // 989e12 * 0.832 * d / (d + 332), d = min(m, n, k).
+  EXPECT_DOUBLE_EQ(p.GemmFlopsPerSecond(8192, 4096, 16384), 989e12 * 0.832 * 4096 / (4096 + 332));
+  EXPECT_DOUBLE_EQ(p.GemmFlopsPerSecond(332, 1e5, 1e5), 989e12 * 0.832 / 2);
+  // Capacity the allocator may use: 150,754,820,096 * 0.95 - 536,870,912.
+  EXPECT_DOUBLE_EQ(p.AllocatorCapacityBytes(), 150'754'820'096.0 * 0.95 - 536'870'912.0);
+}
+
+TEST(CostModelTest, ComputeSecondsAddsTermsWithALaunchFloor) {
+  HardwareProfile p = testing::Profile("h200-sxm");
+  CostModel cost(p);
+  OpWork w;
+  w.gemm_flops = 2e12;
+  w.gemm_min_dim = 4096;
+  w.attention_flops = 6.01e11;  // forward at 601e12 FLOP/s: 1 ms
+  w.elementwise_bytes = 2.9708e9;  // at 4,244e9 * 0.7 = 2,970.8e9 B/s: 1 ms
+  w.launches = 10;
+  const double gemm = 2e12 / (989e12 * 0.832 * 4096 / (4096 + 332));
+  EXPECT_NEAR(cost.ComputeSeconds(w), gemm + 1e-3 + 1e-3, 1e-15);
+  // Backward attention at 308e12: 6.01e11 / 308e12.
+  w.attention_backward = true;
+  EXPECT_NEAR(cost.ComputeSeconds(w), gemm + 6.01e11 / 308e12 + 1e-3, 1e-15);
+  // Tiny work: 24 launches x 4 us = 96 us dominate.
+  OpWork tiny;
+  tiny.elementwise_bytes = 1;
+  tiny.launches = 24;
+  EXPECT_DOUBLE_EQ(cost.ComputeSeconds(tiny), 24 * 4e-6);
+  // Copies and the CPU optimizer: 55.5e9 B/s up, 55.4e9 B/s down, 1e9 params/s.
+  StepOp up;
+  up.kind = OpKind::kCopyToDevice;
+  up.work.copy_bytes = 55.5e9;
+  EXPECT_DOUBLE_EQ(cost.Seconds(up), 1.0);
+  StepOp down;
+  down.kind = OpKind::kCopyToHost;
+  down.work.copy_bytes = 55.4e9;
+  EXPECT_DOUBLE_EQ(cost.Seconds(down), 1.0);
+  StepOp adam;
+  adam.kind = OpKind::kCpuOptimizerStep;
+  adam.work.cpu_adam_params = 2e9;
+  EXPECT_DOUBLE_EQ(cost.Seconds(adam), 2.0);
+  StepOp rel;
+  rel.kind = OpKind::kRelease;
+  rel.work.launches = 100;
+  EXPECT_EQ(cost.Seconds(rel), 0);
+}
+
+TEST(CostModelTest, ProfilesLoadAndRoundTrip) {
+  for (const auto& name : BuiltinProfileNames()) {
+    SCOPED_TRACE(name);
+    HardwareProfile p = LoadHardwareProfile(name);
+    EXPECT_FALSE(p.source.empty());
+    HardwareProfile q = HardwareProfileFromJson(HardwareProfileToJson(p), name);
+    EXPECT_EQ(HardwareProfileToJson(p), HardwareProfileToJson(q));
+    EXPECT_GT(p.AllocatorCapacityBytes(), 0);
+  }
+  EXPECT_GE(BuiltinProfileNames().size(), 5u);
+}
+
+}  // namespace
+}  // namespace llmplan
