@@ -418,6 +418,10 @@ SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profil
       result.best = at.infeasible.front();
       result.why_none = "nothing fits: the closest plan (" + Describe(result.best.plan) + ") needs " +
                         result.best.why_not;
+    } else if (req.gpus > 0) {  // no candidate at all: the pins exclude every plan
+      result.why_none = "no plan on " + std::to_string(req.gpus) +
+                        " GPUs matches the pinned choices (hybrid_shard needs a shard group strictly between 1 and "
+                        "the GPU count that divides it)";
     } else {
       result.why_none = "no GPU count up to " + std::to_string(req.max_gpus) + " divides the global batch";
     }

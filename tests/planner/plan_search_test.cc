@@ -307,5 +307,16 @@ TEST(PlanSearchTest, ChosenCheckpointSetIsMinimal) {
   }
 }
 
+TEST(PlanSearchTest, PinsThatExcludeEveryPlanSaySo) {
+  // hybrid_shard on 2 GPUs has no shard group strictly between 1 and 2. There
+  // is no global batch, so the message must not blame one.
+  auto r = Request("tiny-llama", "cpu", 2, 128, 0);
+  r.strategy = ShardingStrategy::kHybridShard;
+  Searched s = Search(r);
+  EXPECT_FALSE(s.result.found);
+  EXPECT_NE(s.result.why_none.find("hybrid_shard"), std::string::npos) << s.result.why_none;
+  EXPECT_EQ(s.result.why_none.find("global batch"), std::string::npos) << s.result.why_none;
+}
+
 }  // namespace
 }  // namespace llmplan
