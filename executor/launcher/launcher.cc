@@ -354,36 +354,6 @@ std::optional<std::string> Env(const char* name) {
   return std::string(v);
 }
 
-std::optional<int> EnvInt(const char* name) {
-  const std::optional<std::string> v = Env(name);
-  if (!v) return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  const long value = std::strtol(v->c_str(), &end, 10);
-  if (errno != 0 || end == v->c_str() || *end != '\0' || value < 0 || value > (1 << 30)) {
-    throw std::runtime_error(std::string("environment variable ") + name + "='" + *v +
-                             "' is not a non-negative integer");
-  }
-  return static_cast<int>(value);
-}
-
-// SLURM_TASKS_PER_NODE, e.g. "8(x2),4": the task count of node `node`.
-std::optional<int> SlurmTasksOnNode(const std::string& text, int node) {
-  size_t pos = 0;
-  int index = 0;
-  while (pos < text.size()) {
-    const size_t comma = text.find(',', pos);
-    const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    int count = 0, repeat = 1;
-    if (std::sscanf(item.c_str(), "%d(x%d)", &count, &repeat) < 1) return std::nullopt;
-    if (node < index + repeat) return count;
-    index += repeat;
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -421,68 +391,6 @@ bool UnderExternalLauncher() {
     return tasks && std::atoi(tasks->c_str()) > 1;
   }
   return false;
-}
-
-std::string FirstSlurmHost(const std::string& nodelist) {
-  // The first entry ends at the first comma outside brackets.
-  int depth = 0;
-  size_t end = nodelist.size();
-  for (size_t i = 0; i < nodelist.size(); ++i) {
-    if (nodelist[i] == '[') ++depth;
-    if (nodelist[i] == ']') --depth;
-    if (nodelist[i] == ',' && depth == 0) {
-      end = i;
-      break;
-    }
-  }
-  const std::string entry = nodelist.substr(0, end);
-  const size_t open = entry.find('[');
-  if (open == std::string::npos) return entry;
-  const size_t close = entry.find(']', open);
-  if (close == std::string::npos) return entry;
-  // Inside the brackets: "003-004,9" -> the first number, zero padding kept.
-  const std::string ranges = entry.substr(open + 1, close - open - 1);
-  const size_t stop = ranges.find_first_of("-,");
-  return entry.substr(0, open) + ranges.substr(0, stop) + FirstSlurmHost(entry.substr(close + 1));
-}
-
-RankEnvironment RankFromEnvironment() {
-  RankEnvironment r;
-  const bool torchrun = Env("RANK") && Env("WORLD_SIZE");
-  const bool slurm = !torchrun && Env("SLURM_PROCID");
-  if (torchrun) {
-    r.rank = *EnvInt("RANK");
-    r.world_size = *EnvInt("WORLD_SIZE");
-    r.local_rank = EnvInt("LOCAL_RANK").value_or(r.rank);
-    r.local_world_size = EnvInt("LOCAL_WORLD_SIZE").value_or(r.world_size);
-    r.node_rank = EnvInt("GROUP_RANK").value_or(0);
-  } else if (slurm) {
-    r.rank = *EnvInt("SLURM_PROCID");
-    r.world_size = EnvInt("SLURM_NTASKS").value_or(EnvInt("SLURM_NPROCS").value_or(1));
-    r.local_rank = EnvInt("SLURM_LOCALID").value_or(0);
-    r.node_rank = EnvInt("SLURM_NODEID").value_or(0);
-    std::optional<int> local = EnvInt("SLURM_NTASKS_PER_NODE");
-    if (!local && Env("SLURM_TASKS_PER_NODE")) local = SlurmTasksOnNode(*Env("SLURM_TASKS_PER_NODE"), r.node_rank);
-    r.local_world_size = local.value_or(r.world_size);
-    if (const auto nodes = Env("SLURM_JOB_NODELIST") ? Env("SLURM_JOB_NODELIST") : Env("SLURM_NODELIST")) {
-      r.master_addr = FirstSlurmHost(*nodes);
-    }
-  }
-  if (const auto addr = Env("MASTER_ADDR")) r.master_addr = *addr;
-  if (const auto port = EnvInt("MASTER_PORT")) r.master_port = *port;
-  const char* source = torchrun ? "RANK/WORLD_SIZE" : "SLURM_PROCID/SLURM_NTASKS";
-  if (r.world_size < 1 || r.rank >= r.world_size) {
-    throw std::runtime_error(std::string("launch environment: rank ") + std::to_string(r.rank) + " is not below world size " +
-                             std::to_string(r.world_size) + " (" + source + ")");
-  }
-  if (r.local_world_size < 1 || r.local_rank >= r.local_world_size) {
-    throw std::runtime_error("launch environment: local rank " + std::to_string(r.local_rank) +
-                             " is not below the local world size " + std::to_string(r.local_world_size));
-  }
-  if (r.master_port < 1 || r.master_port > 65535) {
-    throw std::runtime_error("launch environment: MASTER_PORT " + std::to_string(r.master_port) + " is not a TCP port");
-  }
-  return r;
 }
 
 int LaunchLocalRanks(const LaunchSpec& spec) {

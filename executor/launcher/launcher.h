@@ -5,8 +5,8 @@
 // Each child is this same program (/proc/self/exe) with the same argv, told its
 // place through the environment torchrun uses (RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT), so the code a child
-// runs is the same whether this launcher, torchrun or Slurm started it; see
-// RankFromEnvironment(). Children select their GPU with LOCAL_RANK rather than
+// runs is the same whether this launcher, torchrun or Slurm started it (it
+// reads them with ReadDistributedEnv(), executor/comm/distributed_env.h). Children select their GPU with LOCAL_RANK rather than
 // CUDA_VISIBLE_DEVICES, so NCCL sees every GPU of the node and can use
 // peer-to-peer paths between them.
 //
@@ -62,29 +62,6 @@ int LaunchLocalRanks(const LaunchSpec& spec);
 // (`sbatch` running `llmplan run` directly, or `srun -n1`) is not one: there
 // this process is the node's launcher.
 bool UnderExternalLauncher();
-
-// Where this process sits in the job, from the environment.
-struct RankEnvironment {
-  int rank = 0;
-  int local_rank = 0;
-  int world_size = 1;
-  int local_world_size = 1;
-  int node_rank = 0;  // GROUP_RANK (torchrun), SLURM_NODEID
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-};
-
-// Reads torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
-// GROUP_RANK, MASTER_ADDR, MASTER_PORT) — which this launcher also sets — and
-// falls back to Slurm's (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS,
-// SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE, SLURM_NODEID, the first host
-// of SLURM_JOB_NODELIST). Neither present: a world of one.
-// Throws std::runtime_error naming a variable that is set but malformed or
-// inconsistent (e.g. RANK >= WORLD_SIZE).
-RankEnvironment RankFromEnvironment();
-
-// The first host name of a Slurm host list: "gpu[003-004,9],login" -> "gpu003".
-std::string FirstSlurmHost(const std::string& nodelist);
 
 // This process's own argv (from /proc/self/cmdline), for a LaunchSpec that
 // re-runs the same command as every rank. Throws std::runtime_error if it

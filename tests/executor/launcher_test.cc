@@ -23,6 +23,8 @@
 
 #include <gtest/gtest.h>
 
+#include "executor/comm/distributed_env.h"
+
 namespace llmplan::executor {
 namespace {
 
@@ -81,6 +83,10 @@ TEST(LauncherChild, Behave) {
       const char* v = std::getenv(key.c_str());
       out << key << "=" << (v ? v : "<unset>") << "\n";
     }
+    // What the communicators will make of it.
+    const DistributedEnv env = ReadDistributedEnv();
+    out << "env.rank=" << env.rank << "\nenv.world_size=" << env.world_size << "\nenv.local_rank=" << env.local_rank
+        << "\nenv.master_port=" << env.master_port << "\nenv.source=" << env.source << "\n";
     out.close();
     fs::rename(tmp, dir / ("rank" + std::to_string(rank) + ".env"));
   }
@@ -184,6 +190,11 @@ TEST_F(LauncherTest, AllRanksSucceedAndSeeTheirPlace) {
     const int p = std::atoi(env.at("MASTER_PORT").c_str());
     EXPECT_GT(p, 0);
     EXPECT_LT(p, 65536);
+    EXPECT_EQ(env.at("env.rank"), std::to_string(r)) << "ReadDistributedEnv() agrees";
+    EXPECT_EQ(env.at("env.world_size"), "3");
+    EXPECT_EQ(env.at("env.local_rank"), std::to_string(r));
+    EXPECT_EQ(env.at("env.master_port"), env.at("MASTER_PORT"));
+    EXPECT_EQ(env.at("env.source"), "torchrun");
     if (r == 0) port = env.at("MASTER_PORT");
     EXPECT_EQ(env.at("MASTER_PORT"), port) << "every rank must rendezvous at the same port";
   }
@@ -265,66 +276,6 @@ TEST(LauncherEnvironment, ExternalLauncherDetection) {
     env.Set("SLURM_NTASKS", "8");
     EXPECT_TRUE(UnderExternalLauncher());
   }
-}
-
-TEST(LauncherEnvironment, RankFromTorchrunAndSlurm) {
-  {
-    ScopedLaunchEnv env;
-    const RankEnvironment r = RankFromEnvironment();
-    EXPECT_EQ(r.rank, 0);
-    EXPECT_EQ(r.world_size, 1);
-  }
-  {
-    ScopedLaunchEnv env;
-    env.Set("RANK", "5");
-    env.Set("WORLD_SIZE", "8");
-    env.Set("LOCAL_RANK", "1");
-    env.Set("LOCAL_WORLD_SIZE", "4");
-    env.Set("GROUP_RANK", "1");
-    env.Set("MASTER_ADDR", "node7");
-    env.Set("MASTER_PORT", "29611");
-    const RankEnvironment r = RankFromEnvironment();
-    EXPECT_EQ(r.rank, 5);
-    EXPECT_EQ(r.world_size, 8);
-    EXPECT_EQ(r.local_rank, 1);
-    EXPECT_EQ(r.local_world_size, 4);
-    EXPECT_EQ(r.node_rank, 1);
-    EXPECT_EQ(r.master_addr, "node7");
-    EXPECT_EQ(r.master_port, 29611);
-  }
-  {
-    ScopedLaunchEnv env;
-    env.Set("SLURM_PROCID", "9");
-    env.Set("SLURM_NTASKS", "16");
-    env.Set("SLURM_LOCALID", "1");
-    env.Set("SLURM_NODEID", "1");
-    env.Set("SLURM_TASKS_PER_NODE", "8(x2)");
-    env.Set("SLURM_JOB_NODELIST", "gpu[003-004]");
-    const RankEnvironment r = RankFromEnvironment();
-    EXPECT_EQ(r.rank, 9);
-    EXPECT_EQ(r.world_size, 16);
-    EXPECT_EQ(r.local_rank, 1);
-    EXPECT_EQ(r.local_world_size, 8);
-    EXPECT_EQ(r.node_rank, 1);
-    EXPECT_EQ(r.master_addr, "gpu003");
-    EXPECT_EQ(r.master_port, 29500);
-  }
-  {
-    ScopedLaunchEnv env;
-    env.Set("RANK", "4");
-    env.Set("WORLD_SIZE", "2");
-    EXPECT_THROW(RankFromEnvironment(), std::runtime_error);
-    env.Set("RANK", "one");
-    EXPECT_THROW(RankFromEnvironment(), std::runtime_error);
-  }
-}
-
-TEST(LauncherEnvironment, FirstSlurmHost) {
-  EXPECT_EQ(FirstSlurmHost("node1"), "node1");
-  EXPECT_EQ(FirstSlurmHost("node1,node2"), "node1");
-  EXPECT_EQ(FirstSlurmHost("gpu[003-004,9],login"), "gpu003");
-  EXPECT_EQ(FirstSlurmHost("gpu[12,14]"), "gpu12");
-  EXPECT_EQ(FirstSlurmHost("rack[1-2]-n[05-06]"), "rack1-n05");
 }
 
 TEST(LauncherEnvironment, SelfArgvIsThisCommand) {
