@@ -26,8 +26,8 @@ struct EstimateOptions {
   int64_t global_batch = 0;
   double global_batch_tokens = 0;
   std::string strategy, checkpoint_layers, offload;
-  int64_t micro_batch = 0, grad_accum = 0;
-  int shard_group = 0, gpus_per_node = 0, max_gpus = 16384, prefetch = 1;
+  int64_t micro_batch = -1, grad_accum = -1;  // -1: not pinned
+  int shard_group = -1, gpus_per_node = 0, max_gpus = 16384, prefetch = 1;
   double train_tokens = 0, target_days = 0;
   double lr = -1;
   int64_t warmup = -1, decay = -1, loss_chunk = 1024;
@@ -51,6 +51,7 @@ void Run(const EstimateOptions& o) {
   HardwareProfile profile = LoadHardwareProfile(o.gpu);
   req.profile = o.gpu;
   req.gpus = ParseGpus(o.gpus);
+  if (o.max_gpus < 1 || o.max_gpus > (1 << 20)) throw UserError("--max-gpus must be between 1 and 1048576");
   req.max_gpus = o.max_gpus;
   if (o.gpus_per_node < 0 || o.gpus_per_node > 1024) throw UserError("--gpus-per-node must be between 1 and 1024");
   req.gpus_per_node = o.gpus_per_node;
@@ -69,16 +70,16 @@ void Run(const EstimateOptions& o) {
   req.train_tokens = o.train_tokens;
   req.target_days = o.target_days;
   if (!o.strategy.empty()) req.strategy = ParseStrategy(o.strategy);
-  if (o.shard_group != 0) {
+  if (o.shard_group != -1) {
     if (o.shard_group < 1) throw UserError("--shard-group must be positive");
     req.shard_group_size = o.shard_group;
     if (!req.strategy) req.strategy = ShardingStrategy::kHybridShard;
   }
-  if (o.micro_batch != 0) {
+  if (o.micro_batch != -1) {
     if (o.micro_batch < 1 || o.micro_batch > 65536) throw UserError("--micro-batch must be between 1 and 65536");
     req.micro_batch = o.micro_batch;
   }
-  if (o.grad_accum != 0) {
+  if (o.grad_accum != -1) {
     if (o.grad_accum < 1 || o.grad_accum > 65536) throw UserError("--grad-accum must be between 1 and 65536");
     req.grad_accum = o.grad_accum;
   }
@@ -96,6 +97,8 @@ void Run(const EstimateOptions& o) {
 
   SearchResult r = SearchPlans(req, profile, [&](const Plan& p) { return EvaluatePlan(p, profile); });
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  // Nothing could even be tried (the pins exclude every plan): no report to show.
+  if (!r.found && r.best.plan.model.layers == 0) throw UserError(r.why_none);
 
   if (o.json) {
     nlohmann::json j = EstimateToJson(r.best, profile);
