@@ -2,6 +2,7 @@
 // cost" for a model on a number of GPUs, and writes the chosen plan.
 #include <chrono>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -26,8 +27,9 @@ struct EstimateOptions {
   int64_t global_batch = 0;
   double global_batch_tokens = 0;
   std::string strategy, checkpoint_layers, offload;
-  int64_t micro_batch = -1, grad_accum = -1;  // -1: not pinned
-  int shard_group = -1, gpus_per_node = 0, max_gpus = 16384, prefetch = 1;
+  static constexpr int64_t kUnpinned = std::numeric_limits<int64_t>::min();  // no value a user can type
+  int64_t micro_batch = kUnpinned, grad_accum = kUnpinned, shard_group = kUnpinned;
+  int gpus_per_node = 0, max_gpus = 16384, prefetch = 1;
   double train_tokens = 0, target_days = 0;
   double lr = -1;
   int64_t warmup = -1, decay = -1, loss_chunk = 1024;
@@ -70,16 +72,16 @@ void Run(const EstimateOptions& o) {
   req.train_tokens = o.train_tokens;
   req.target_days = o.target_days;
   if (!o.strategy.empty()) req.strategy = ParseStrategy(o.strategy);
-  if (o.shard_group != -1) {
-    if (o.shard_group < 1) throw UserError("--shard-group must be positive");
-    req.shard_group_size = o.shard_group;
+  if (o.shard_group != EstimateOptions::kUnpinned) {
+    if (o.shard_group < 1 || o.shard_group > (1 << 20)) throw UserError("--shard-group must be between 1 and 1048576");
+    req.shard_group_size = static_cast<int>(o.shard_group);
     if (!req.strategy) req.strategy = ShardingStrategy::kHybridShard;
   }
-  if (o.micro_batch != -1) {
+  if (o.micro_batch != EstimateOptions::kUnpinned) {
     if (o.micro_batch < 1 || o.micro_batch > 65536) throw UserError("--micro-batch must be between 1 and 65536");
     req.micro_batch = o.micro_batch;
   }
-  if (o.grad_accum != -1) {
+  if (o.grad_accum != EstimateOptions::kUnpinned) {
     if (o.grad_accum < 1 || o.grad_accum > 65536) throw UserError("--grad-accum must be between 1 and 65536");
     req.grad_accum = o.grad_accum;
   }
