@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <stdexcept>
 
@@ -321,6 +323,31 @@ SafetensorsContents ReadSafetensors(const std::string& path) {
   contents.metadata = reader.metadata();
   for (const auto& [name, entry] : reader.entries()) contents.tensors.emplace(name, reader.Read(name));
   return contents;
+}
+
+std::map<std::string, std::string> ReadSafetensorsIndex(const std::string& index_path) {
+  std::ifstream in(index_path);
+  if (!in) throw UserError(index_path + ": cannot open safetensors index (" + Errno() + ")");
+  json index;
+  try {
+    index = json::parse(in);
+  } catch (const json::exception& e) {
+    throw UserError(index_path + ": not valid JSON (" + std::string(e.what()) + ")");
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    throw UserError(index_path + ": no \"weight_map\" object: not a safetensors index");
+  }
+  const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
+  std::map<std::string, std::string> shards;
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+    if (!it.value().is_string()) throw UserError(index_path + ": weight_map entry '" + it.key() + "' is not a file name");
+    const std::string shard = (dir / it.value().get<std::string>()).string();
+    if (!std::filesystem::exists(shard)) {
+      throw UserError(index_path + ": shard " + shard + " (holding '" + it.key() + "') is missing");
+    }
+    shards[it.key()] = shard;
+  }
+  return shards;
 }
 
 }  // namespace llmplan::checkpoint

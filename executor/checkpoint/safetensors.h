@@ -99,4 +99,12 @@ struct SafetensorsContents {
 // REQUIRES: nothing. Throws UserError as SafetensorsReader does.
 SafetensorsContents ReadSafetensors(const std::string& path);
 
+// Sharded checkpoints (how HF publishes models over ~5 GB):
+// model-0000k-of-0000n.safetensors files plus model.safetensors.index.json
+// {"metadata": {"total_size": ...}, "weight_map": {tensor name: shard file}}.
+// Returns tensor name -> shard path, resolved against the index's directory.
+// REQUIRES: nothing. Throws UserError for a missing or malformed index, or a
+// shard file it names that does not exist.
+std::map<std::string, std::string> ReadSafetensorsIndex(const std::string& index_path);
+
 }  // namespace llmplan::checkpoint

@@ -187,5 +187,21 @@ TEST_F(SafetensorsTest, HostileHeadersAreOneLineErrors) {
   EXPECT_NE(OpenError((dir_ / "absent").string()).find("cannot open"), std::string::npos);
 }
 
+TEST_F(SafetensorsTest, ShardedIndexMapsTensorsToShardFiles) {
+  WriteSafetensors((dir_ / "model-00001-of-00002.safetensors").string(), {{"a", torch::zeros({1})}});
+  WriteSafetensors((dir_ / "model-00002-of-00002.safetensors").string(), {{"b", torch::ones({1})}});
+  const std::string index = (dir_ / "model.safetensors.index.json").string();
+  std::ofstream(index) << R"({"metadata":{"total_size":8},"weight_map":{"a":"model-00001-of-00002.safetensors",)"
+                          R"("b":"model-00002-of-00002.safetensors"}})";
+  const auto shards = ReadSafetensorsIndex(index);
+  ASSERT_EQ(shards.size(), 2u);
+  EXPECT_EQ(SafetensorsReader(shards.at("b")).Read("b").item<float>(), 1.0f);
+
+  std::ofstream(index) << R"({"weight_map":{"c":"model-00003-of-00003.safetensors"}})";
+  EXPECT_THROW(ReadSafetensorsIndex(index), UserError);
+  std::ofstream(index) << R"({"metadata":{}})";
+  EXPECT_THROW(ReadSafetensorsIndex(index), UserError);
+}
+
 }  // namespace
 }  // namespace llmplan::checkpoint
