@@ -147,7 +147,7 @@ at::Tensor LlamaModel::BlockForward(int layer, const std::vector<at::Tensor>& p,
   at::Tensor cos = rope.cos.narrow(0, 0, t), sin = rope.sin.narrow(0, 0, t);  // [T, D] broadcasts over B, H
   q = ApplyRope(q, cos, sin);
   k = ApplyRope(k, cos, sin);
-  at::Tensor attn = compat::CausalAttention(q, k, v.contiguous());
+  at::Tensor attn = compat::CausalAttention(q, k, v);
   attn = attn.transpose(1, 2).reshape({batch, t, nh * hd});
   at::Tensor h = x + at::linear(attn, p[b.o]);
 

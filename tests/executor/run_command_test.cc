@@ -7,9 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "planner/plan.h"
 
 namespace llmplan {
 namespace {
@@ -58,6 +61,26 @@ class RunCommandTest : public ::testing::Test {
     ASSERT_EQ(data.status, 0) << data.output;
   }
 
+  // The error cases need no real text: a plan saved from C++ and a raw
+  // uint16 token file, so each test launches the (LibTorch-loading) binary
+  // only for the command under test.
+  void MakeQuickPlanAndData(uint16_t odd_token = 65) {
+    Plan plan;
+    plan.model = PresetModel("tiny-llama");
+    plan.profile = "cpu";
+    plan.gpus = 1;
+    plan.strategy = ShardingStrategy::kNoShard;
+    NormaliseGrouping(plan);
+    plan.seq_len = 64;
+    plan.micro_batch = 2;
+    SavePlan(plan, Path("plan.json"));
+    std::vector<uint16_t> tokens(4096);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 200);
+    tokens[1000] = odd_token;
+    std::ofstream(Path("text.bin"), std::ios::binary)
+        .write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+  }
+
   std::filesystem::path dir_;
 };
 
@@ -77,7 +100,7 @@ TEST_F(RunCommandTest, TrainsOnRealTextAndLossFalls) {
 }
 
 TEST_F(RunCommandTest, BadInputIsOneLineWithStatus2) {
-  MakePlanAndData();
+  MakeQuickPlanAndData();
   CommandResult missing = RunLlmplan("run --plan " + Path("nope.json") + " --data " + Path("text.bin") +
                                      " --steps 1 --out " + Path("r") + " --cpu");
   EXPECT_EQ(missing.status, 2) << missing.output;
@@ -93,8 +116,18 @@ TEST_F(RunCommandTest, BadInputIsOneLineWithStatus2) {
   EXPECT_EQ(steps.status, 2) << steps.output;
 }
 
+TEST_F(RunCommandTest, TokenIdBeyondVocabularyIsOneLineError) {
+  // Raw uint16 (nanoGPT layout): 600 is beyond tiny-llama's 512-token
+  // vocabulary; 40 steps x 2 samples read every one of the 63 windows.
+  MakeQuickPlanAndData(600);
+  CommandResult run = RunLlmplan("run --plan " + Path("plan.json") + " --data " + Path("text.bin") +
+                                 " --steps 40 --out " + Path("r") + " --cpu");
+  EXPECT_EQ(run.status, 2) << run.output;
+  EXPECT_NE(run.output.find("600"), std::string::npos) << run.output;
+}
+
 TEST_F(RunCommandTest, WithoutCpuFlagNeedsAGpu) {
-  MakePlanAndData();
+  MakeQuickPlanAndData();
   CommandResult run = RunLlmplan("run --plan " + Path("plan.json") + " --data " + Path("text.bin") +
                                  " --steps 1 --out " + Path("r"));
   if (run.status == 0) GTEST_SKIP() << "a CUDA device is present";
