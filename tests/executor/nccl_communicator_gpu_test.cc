@@ -217,12 +217,17 @@ void ChildWatchdog(const DistributedEnv& env) {
   c10::cuda::CUDAGuard guard(device);
   c10::intrusive_ptr<c10d::Store> store;
   auto comm = ConnectNccl(env, device, &store);
+  // Warm-up with the same shape: NCCL (>= 2.22) connects peers lazily at the
+  // first collective, and that host-side setup would wait for rank 1 inside
+  // the issue call, before the watchdog is told about the work.
+  at::Tensor t = at::ones({1024}, at::TensorOptions().device(device));
+  comm->AllReduce(t, "warm-up")->Wait();
+  torch::cuda::synchronize(device.index());
   if (env.rank != 0) {
     std::this_thread::sleep_for(seconds(60));
     return;
   }
   CollectiveWatchdog watchdog(env.rank, seconds(3), {comm.get()});
-  at::Tensor t = at::ones({1024}, at::TensorOptions().device(device));
   std::shared_ptr<CollectiveWork> work = comm->AllReduce(t, "all-gather block 7 mb 1");
   watchdog.Watch(work, "all-gather block 7 mb 1", comm->name());
   work->Wait();
