@@ -1,5 +1,7 @@
 #include "executor/flat_unit.h"
 
+#include <algorithm>
+
 #include "executor/torch_compat.h"
 
 namespace llmplan::executor {
@@ -8,7 +10,9 @@ namespace {
 
 // A tensor of `shape` over `flat`'s storage at element `offset`: a new
 // TensorImpl (own version counter, no autograd link to `flat`), so in-place
-// writes to `flat` are invisible to autograd's saved-tensor checks.
+// writes to `flat` are invisible to autograd's saved-tensor checks. It shares
+// the storage object itself, so releasing and re-materialising the storage's
+// bytes is seen by every alias.
 at::Tensor AliasOf(const at::Tensor& flat, int64_t offset, const std::vector<int64_t>& shape) {
   std::vector<int64_t> strides(shape.size(), 1);
   for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * shape[i + 1];
@@ -17,19 +21,28 @@ at::Tensor AliasOf(const at::Tensor& flat, int64_t offset, const std::vector<int
   return t;
 }
 
+size_t Bytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
 }  // namespace
 
-FlatUnit::FlatUnit(std::vector<ParamShape> shapes, int64_t group_size, int64_t rank, const at::Device& device,
-                   at::ScalarType compute_dtype)
-    : shapes_(std::move(shapes)), group_size_(group_size), rank_(rank), compute_dtype_(compute_dtype) {
-  TORCH_CHECK(group_size >= 1 && rank >= 0 && rank < group_size, "FlatUnit: bad rank ", rank, " of ", group_size);
+FlatUnit::FlatUnit(std::vector<ParamShape> shapes, const FlatUnitOptions& options, const at::Device& device)
+    : shapes_(std::move(shapes)),
+      group_size_(options.group_size),
+      rank_(options.rank),
+      compute_dtype_(options.compute_dtype),
+      device_(device),
+      master_on_host_(options.master_on_host) {
+  TORCH_CHECK(group_size_ >= 1 && rank_ >= 0 && rank_ < group_size_, "FlatUnit: bad rank ", rank_, " of ",
+              group_size_);
   for (const auto& s : shapes_) numel_ += s.numel();
-  padded_numel_ = (numel_ + group_size - 1) / group_size * group_size;
+  padded_numel_ = (numel_ + group_size_ - 1) / group_size_ * group_size_;
   auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
-  master_ = at::zeros({shard_numel()}, fp32);
+  master_ = master_on_host_ ? at::zeros({shard_numel()}, compat::HostOptions(at::kFloat))
+                            : at::zeros({shard_numel()}, fp32);
   grad_ = at::zeros({shard_numel()}, fp32);
-  compute_ = at::zeros({padded_numel_}, fp32.dtype(compute_dtype));
-  compute_grad_ = at::zeros({padded_numel_}, fp32.dtype(compute_dtype));
+  compute_ = at::zeros({padded_numel_}, fp32.dtype(compute_dtype_));
+  compute_grad_ = at::zeros({padded_numel_}, fp32.dtype(compute_dtype_));
+  if (group_size_ > 1 || master_on_host_) compute_shard_ = at::zeros({shard_numel()}, fp32.dtype(compute_dtype_));
   int64_t offset = 0;
   for (const auto& s : shapes_) {
     at::Tensor p = AliasOf(compute_, offset, s.shape);
@@ -42,6 +55,10 @@ FlatUnit::FlatUnit(std::vector<ParamShape> shapes, int64_t group_size, int64_t r
   }
 }
 
+FlatUnit::FlatUnit(std::vector<ParamShape> shapes, int64_t group_size, int64_t rank, const at::Device& device,
+                   at::ScalarType compute_dtype)
+    : FlatUnit(std::move(shapes), FlatUnitOptions{group_size, rank, compute_dtype, false}, device) {}
+
 std::vector<at::Tensor> FlatUnit::MasterViews() {
   TORCH_CHECK(group_size_ == 1, "FlatUnit::MasterViews needs an unsharded unit");
   std::vector<at::Tensor> views;
@@ -53,10 +70,33 @@ std::vector<at::Tensor> FlatUnit::MasterViews() {
   return views;
 }
 
+void FlatUnit::SetMasterFromFull(const at::Tensor& full) {
+  TORCH_CHECK(full.numel() == numel_, "FlatUnit::SetMasterFromFull: ", full.numel(), " values for ", numel_);
+  at::NoGradGuard no_grad;
+  at::Tensor flat = full.reshape({-1});
+  // This rank's slice of the padded vector: the real values that fall in it,
+  // then zeros for the padding past numel.
+  const int64_t begin = std::min(shard_offset(), numel_);
+  const int64_t end = std::min(shard_offset() + shard_numel(), numel_);
+  master_.zero_();
+  if (end > begin) master_.narrow(0, 0, end - begin).copy_(flat.narrow(0, begin, end - begin));
+  if (compute_shard_.defined()) compute_shard_.copy_(master_);
+}
+
 void FlatUnit::GatherLocal() {
   TORCH_CHECK(group_size_ == 1, "FlatUnit::GatherLocal needs an unsharded unit");
   at::NoGradGuard no_grad;
-  compute_.copy_(master_);
+  MaterializeCompute();
+  // With the master on the host the device copy of the shard is the source:
+  // no host->device traffic on the hot path.
+  compute_.copy_(master_on_host_ ? compute_shard_ : master_);
+}
+
+void FlatUnit::RefreshComputeShard() {
+  if (!compute_shard_.defined()) return;
+  TORCH_CHECK(!master_on_host_, "FlatUnit::RefreshComputeShard: the master is on the host");
+  at::NoGradGuard no_grad;
+  compute_shard_.copy_(master_);
 }
 
 void FlatUnit::ReduceGradientsLocal() {
@@ -69,7 +109,28 @@ void FlatUnit::ReduceGradientsLocal() {
 void FlatUnit::ZeroGradients() {
   at::NoGradGuard no_grad;
   grad_.zero_();
-  compute_grad_.zero_();
+  if (compute_grad_materialized()) compute_grad_.zero_();
+}
+
+bool FlatUnit::compute_materialized() const { return compat::StorageMaterialized(compute_); }
+bool FlatUnit::compute_grad_materialized() const { return compat::StorageMaterialized(compute_grad_); }
+
+void FlatUnit::ReleaseCompute() { compat::ReleaseStorage(compute_); }
+
+void FlatUnit::MaterializeCompute() {
+  if (compute_materialized()) return;
+  compat::MaterializeStorage(compute_, Bytes(compute_));
+  // Padding past numel must read as zero in what a gather leaves behind; the
+  // gather writes every element, so nothing to clear here.
+}
+
+void FlatUnit::ReleaseComputeGrad() { compat::ReleaseStorage(compute_grad_); }
+
+void FlatUnit::MaterializeComputeGrad() {
+  if (compute_grad_materialized()) return;
+  compat::MaterializeStorage(compute_grad_, Bytes(compute_grad_));
+  at::NoGradGuard no_grad;
+  compute_grad_.zero_();  // autograd accumulates into it
 }
 
 }  // namespace llmplan::executor

@@ -2,19 +2,32 @@
 // held as flat buffers, the form sharding and collectives want:
 //
 //   master   fp32, this rank's contiguous slice of the padded flat vector
-//            (the optimizer updates it; AdamW state has the same shape)
-//   grad     fp32, same slice; gradients accumulate here across micro-batches
+//            (the optimizer updates it; AdamW state has the same shape). On
+//            the device, or in pinned host memory when the optimizer is
+//            offloaded.
+//   grad     fp32 on the device, same slice; gradients accumulate here across
+//            micro-batches
 //   compute  the whole unit in the compute dtype (bf16 on GPU); the model's
-//            parameter tensors are views of it, so "gather" fills one buffer
-//            and every parameter sees it
+//            parameter tensors are aliases of its storage, so "gather" fills
+//            one buffer and every parameter sees it
 //   compute_grad  the whole unit in the compute dtype; the parameters' .grad
-//            are views of it, so autograd accumulates straight into one flat
-//            buffer that a single reduce-scatter (or a cast-add here) consumes
+//            alias its storage, so autograd accumulates straight into one flat
+//            buffer that a single reduce-scatter (or a cast-add) consumes
+//   compute_shard  (sharded or offloaded units) this rank's slice of the
+//            master in the compute dtype, on the device: what an all-gather
+//            sends. The optimizer step refreshes it (the fused kernel writes
+//            it in the same pass; with offload it is copied in from the host).
 //
 // The flat length is padded to a multiple of `group_size` so a shard is a
-// plain contiguous slice of equal length on every rank. With group_size 1 (one
-// process) the shard is the whole unit, Gather is a cast master -> compute and
-// ReduceGradients is a cast-add compute_grad -> grad.
+// plain contiguous slice of equal length on every rank (padding elements stay
+// zero in every buffer). With group_size 1 the shard is the whole unit and a
+// gather is a local cast master -> compute.
+//
+// Releasing memory (FSDP's "resize the storage to 0" trick): compute and
+// compute_grad can drop their bytes (ReleaseCompute / ReleaseComputeGrad) and
+// get fresh ones later (MaterializeCompute / MaterializeComputeGrad). The
+// parameter tensors keep pointing at the same storage object, so they see the
+// new bytes without being rebuilt; touching a released buffer is a bug.
 //
 // Parameter tensors are leaves created over the compute buffer's storage (not
 // autograd views of it), so rewriting the compute buffer in place (a gather
@@ -33,12 +46,23 @@
 
 namespace llmplan::executor {
 
+struct FlatUnitOptions {
+  int64_t group_size = 1;  // ranks sharing the unit (the shard group)
+  int64_t rank = 0;        // this rank within the shard group
+  at::ScalarType compute_dtype = at::kBFloat16;
+  // Master weights (and the optimizer state kept beside them) in host memory,
+  // pinned when CUDA is available so copies are asynchronous DMA.
+  bool master_on_host = false;
+};
+
 class FlatUnit {
  public:
-  // Allocates the buffers for `shapes` on `device`. master and grad hold
-  // elements [rank * shard_numel, (rank + 1) * shard_numel) of the padded flat
-  // vector.
+  // Allocates the buffers for `shapes`: master and grad hold elements
+  // [rank * shard_numel, (rank + 1) * shard_numel) of the padded flat vector.
+  // compute and compute_grad start materialised (zeros).
   // REQUIRES: group_size >= 1, 0 <= rank < group_size.
+  FlatUnit(std::vector<ParamShape> shapes, const FlatUnitOptions& options, const at::Device& device);
+  // The unsharded form (one process), kept for callers that predate sharding.
   FlatUnit(std::vector<ParamShape> shapes, int64_t group_size, int64_t rank, const at::Device& device,
            at::ScalarType compute_dtype);
   FlatUnit(const FlatUnit&) = delete;
@@ -52,15 +76,20 @@ class FlatUnit {
   int64_t shard_numel() const { return padded_numel_ / group_size_; }
   int64_t shard_offset() const { return rank_ * shard_numel(); }
   int64_t group_size() const { return group_size_; }
+  int64_t rank() const { return rank_; }
   at::ScalarType compute_dtype() const { return compute_dtype_; }
+  const at::Device& device() const { return device_; }
+  bool master_on_host() const { return master_on_host_; }
 
   at::Tensor& master() { return master_; }  // fp32 [shard_numel]
-  at::Tensor& grad() { return grad_; }      // fp32 [shard_numel]
+  at::Tensor& grad() { return grad_; }      // fp32 [shard_numel], on the device
   const at::Tensor& compute() const { return compute_; }            // [padded_numel]
   const at::Tensor& compute_grad() const { return compute_grad_; }  // [padded_numel]
+  // Undefined unless group_size > 1 or master_on_host.
+  const at::Tensor& compute_shard() const { return compute_shard_; }  // [shard_numel], device
 
-  // The model's parameters for this unit (views of compute(), requires_grad,
-  // .grad set to views of compute_grad()), in shapes() order.
+  // The model's parameters for this unit (aliases of compute(), requires_grad,
+  // .grad aliases of compute_grad()), in shapes() order.
   const std::vector<at::Tensor>& params() const { return params_; }
 
   // fp32 views of the master buffer, one per parameter, for initialisation
@@ -68,21 +97,44 @@ class FlatUnit {
   // REQUIRES: group_size() == 1 (a shard does not hold whole parameters).
   std::vector<at::Tensor> MasterViews();
 
-  // compute <- master, cast to the compute dtype.
+  // Sets this rank's master slice from the whole unit's fp32 values (any
+  // device) and refreshes compute_shard.
+  // REQUIRES: full has numel() elements.
+  void SetMasterFromFull(const at::Tensor& full);
+
+  // compute <- master (or compute_shard when the master is on the host), cast
+  // to the compute dtype. Materialises compute first if it was released.
   // REQUIRES: group_size() == 1 (sharded units gather through a communicator).
   void GatherLocal();
+  // compute_shard <- master cast to the compute dtype (after an optimizer
+  // step that did not write it itself). No-op when compute_shard is undefined.
+  // REQUIRES: master on the device.
+  void RefreshComputeShard();
   // grad += compute_grad (in fp32); then compute_grad = 0, ready for the next
   // micro-batch's backward.
   // REQUIRES: group_size() == 1.
   void ReduceGradientsLocal();
-  // Zeroes grad and compute_grad (start of an optimizer step).
+  // Zeroes grad and, when materialised, compute_grad (start of an optimizer step).
   void ZeroGradients();
+
+  // Memory of the gathered copy and of the unsharded gradient (see above).
+  bool compute_materialized() const;
+  bool compute_grad_materialized() const;
+  // Returns compute's bytes to the allocator.
+  void ReleaseCompute();
+  // Gives compute bytes again (contents undefined until a gather fills them).
+  void MaterializeCompute();
+  void ReleaseComputeGrad();
+  // Gives compute_grad zeroed bytes again (no-op when materialised).
+  void MaterializeComputeGrad();
 
  private:
   std::vector<ParamShape> shapes_;
   int64_t numel_ = 0, padded_numel_ = 0, group_size_ = 1, rank_ = 0;
   at::ScalarType compute_dtype_;
-  at::Tensor master_, grad_, compute_, compute_grad_;
+  at::Device device_;
+  bool master_on_host_ = false;
+  at::Tensor master_, grad_, compute_, compute_grad_, compute_shard_;
   std::vector<at::Tensor> params_;
 };
 

@@ -162,6 +162,40 @@ inline MemoryPeaks ReadMemoryPeaks(const at::Device& device, int64_t process_pea
 }
 
 // ---------------------------------------------------------------------------
+// Storage release (FSDP's `storage.resize_(0)`)
+
+// Frees the bytes under `tensor`'s storage but keeps the storage object, so
+// every tensor aliasing it (the model's parameters over a flat buffer) sees
+// the new bytes after MaterializeStorage without being rebuilt. On CUDA the
+// block goes back to the caching allocator at once (stream-ordered: kernels
+// already queued on the current stream still read it safely), which is what
+// makes gathered parameters cost memory only while a unit computes.
+// StorageImpl's data-pointer setters are the same in 1.13 and 2.x.
+inline void ReleaseStorage(const at::Tensor& tensor) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, tensor.device()));
+  storage->set_nbytes(0);
+}
+
+inline bool StorageMaterialized(const at::Tensor& tensor) { return tensor.storage().nbytes() > 0; }
+
+// Gives a released storage `nbytes` fresh bytes from its own allocator
+// (contents undefined). No-op when it already has them.
+inline void MaterializeStorage(const at::Tensor& tensor, size_t nbytes) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  if (storage->nbytes() >= nbytes) return;
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
+  storage->set_nbytes(nbytes);
+}
+
+// Host memory for buffers that cross to the GPU: pinned (page-locked) when a
+// GPU is present, so copies are asynchronous DMA that does not stall the
+// host; plain memory otherwise (1.13's CPU build cannot pin).
+inline at::TensorOptions HostOptions(at::ScalarType dtype) {
+  return at::TensorOptions().dtype(dtype).device(at::kCPU).pinned_memory(torch::cuda::is_available());
+}
+
+// ---------------------------------------------------------------------------
 // Timing
 
 // Times many operations of one step without stalling the device: on CUDA it

@@ -14,16 +14,46 @@
 //             head's "output" is the micro-batch loss, seeded with
 //             1 / grad_accum so accumulated gradients are the mean.
 //
-// Single process: collectives are local. An all-gather is the fp32 -> compute
-// dtype cast of the master buffer; the gradient "reduction" is the cast-add of
-// the compute-dtype gradient into the fp32 accumulator, done right after each
-// unit's backward (reduce-scatter / all-reduce ops of one unit are then no-ops);
-// the grad-norm all-reduce computes the global norm and clips. Programs for
-// several GPUs or with offload are refused (they need the distributed executor).
+// Collectives (the shard group of plan.shard_group_size ranks, the replica
+// group of plan.ReplicaGroups() ranks; see comm/process_groups.h):
+//   all-gather     comm.AllGather(this rank's compute-dtype shard, compute)
+//                  on the shard group, issued asynchronously; a group of one
+//                  is the local cast master -> compute.
+//   release        frees the gathered buffer's bytes (FlatUnit::ReleaseCompute).
+//   reduce-scatter compute_grad cast to plan.reduce_dtype (a temporary; the
+//                  unsharded gradient's bytes are freed at once and re-given,
+//                  zeroed, to the next backward that needs them) reduce-
+//                  scattered into a temporary shard; when it completes,
+//                  grad += shard / S.
+//   all-reduce     of a unit (no_shard; hybrid across replica groups on the
+//                  last micro-batch): the fp32 grad shard summed over the
+//                  replica group, then / R. With no reduce-scatter (S = 1) the
+//                  gradient was cast-added into grad after each backward.
+//   grad norm      the sum of squares of this rank's grad shards, summed over
+//                  the shard group only (replicas hold identical shards after
+//                  their all-reduce, so summing over the world would count
+//                  each shard R times), then clipping.
+// So gradients are averaged over ranks x micro-batches and equal single-
+// process training on the concatenated batch.
+//
+// Asynchrony: every collective is issued in program order and not waited for;
+// an operation first waits for the collectives among its deps (and an
+// operation that reads a unit's grad shard for all that unit's pending
+// reductions). Prefetch is the program's order: gathers appear ahead of the
+// forward that needs them. A collective's op time is its issue time; its wait
+// lands on the op that depends on it.
+//
+// Offload (plan.offload == optimizer): master and AdamW state in pinned host
+// memory; "d2h grads" copies the gradient shard down (its own stream on
+// CUDA), "cpu adamw" runs the threaded CPU AdamW (cpu_adamw.h) and casts the
+// result into a host staging shard, "h2d params" copies that up into the
+// compute shard the next gathers send. Parameter offload is refused.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <string>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -43,6 +73,18 @@ class OpTimer;
 
 namespace llmplan::executor {
 
+class Communicator;
+class CollectiveWork;
+class CollectiveWatchdog;
+
+// The communicators a step uses. All null: one process (collectives local).
+struct StepComms {
+  Communicator* shard = nullptr;    // plan.shard_group_size ranks
+  Communicator* replica = nullptr;  // plan.ReplicaGroups() ranks
+  Communicator* world = nullptr;    // every rank: the step's mean loss
+  CollectiveWatchdog* watchdog = nullptr;  // optional: watches every collective issued
+};
+
 // The compute dtype a plan asks for.
 at::ScalarType ComputeDtype(const Plan& plan);
 
@@ -50,6 +92,23 @@ at::ScalarType ComputeDtype(const Plan& plan);
 // model's initial values from `seed` and gathered, ready to train.
 std::vector<FlatUnit> MakeFlatUnits(const LlamaModel& model, const at::Device& device, at::ScalarType compute_dtype,
                                     uint64_t seed);
+
+// One FlatUnit per model unit for rank `shard_rank` of a shard group of
+// plan.shard_group_size, its master shard in host memory when the plan
+// offloads the optimizer. Every rank draws the whole unit's initial values
+// from plan.seed (on the host, one unit at a time) and keeps its slice, so
+// the model equals the single-process one. Unsharded units are gathered
+// (ready to train); sharded ones start released (the program gathers them).
+// REQUIRES: plan.Validate() passes; 0 <= shard_rank < plan.shard_group_size.
+std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan, const at::Device& device,
+                                       int shard_rank);
+
+// The whole unit's fp32 values, unpadded, on the host: this rank's master
+// when unsharded, else the master shards all-gathered over `shard` (a
+// collective: every rank of the shard group calls it for the same unit).
+// Offloaded masters are read from the host.
+// REQUIRES: shard non-null when unit.group_size() > 1, of that size.
+at::Tensor FullMaster(FlatUnit& unit, Communicator* shard);
 
 // The master buffers' lengths, for AdamW.
 std::vector<int64_t> ShardNumels(const std::vector<FlatUnit>& units);
@@ -69,19 +128,22 @@ struct StepResult {
 
 class StepInterpreter {
  public:
-  // Checks that the program can run in one process.
-  // REQUIRES: units were made for `model` on `device`; program built from
-  // `plan`; plan.model matches the model. Throws UserError for a program this
-  // executor cannot run (several GPUs, offload).
+  // Checks that the program can run with these units and communicators.
+  // REQUIRES: units were made for `model` on `device` (MakeShardedUnits for
+  // `plan`); program built from `plan`; plan.model matches the model;
+  // optimizer state on the host iff the plan offloads the optimizer. Throws
+  // UserError for a program this executor cannot run (parameter offload;
+  // several GPUs without communicators of the plan's group sizes).
   StepInterpreter(const Plan& plan, const LlamaModel& model, std::vector<FlatUnit>& units, AdamW& optimizer,
-                  StepProgram program, const at::Device& device);
+                  StepProgram program, const at::Device& device, StepComms comms = {});
   ~StepInterpreter();
   StepInterpreter(const StepInterpreter&) = delete;
   StepInterpreter& operator=(const StepInterpreter&) = delete;
 
   const StepProgram& program() const { return program_; }
 
-  // Runs one optimizer step on plan.grad_accum micro-batches, each an int64
+  // Runs one optimizer step on plan.grad_accum micro-batches (this rank's),
+  // each an int64
   // [micro_batch, seq_len + 1] token tensor on any device (inputs are the
   // first seq_len columns, targets the last seq_len). Gradients are zeroed at
   // the start, so after Run the units' grad() hold this step's (clipped)
@@ -89,6 +151,7 @@ class StepInterpreter {
   // REQUIRES: micro_batches.size() == plan.grad_accum. Throws UserError for a
   // wrong shape or a token id outside [0, vocab) (checked on the host before
   // any kernel when the batch is on the CPU).
+  // With several ranks the loss and grad norm are global (all ranks agree).
   StepResult Run(const std::vector<at::Tensor>& micro_batches);
 
  private:
@@ -102,6 +165,21 @@ class StepInterpreter {
   void Recompute(int unit, int mb);
   void Backward(int unit, int mb);
   void ClipOnce();
+  // Collectives in flight.
+  struct Pending;
+  void Track(int op_id, int unit, std::shared_ptr<CollectiveWork> work, std::function<void()> finish,
+             std::vector<at::Tensor> keep_alive, const std::string& what, Communicator* group);
+  void Finish(int op_id);      // waits for one pending collective and applies its result
+  void FinishUnit(int unit);   // every pending collective of `unit`
+  void FinishAll();
+  void Gather(const StepOp& op);
+  void ReduceScatter(const StepOp& op);
+  void AllReduceUnit(const StepOp& op);
+  void GradNorm();
+  void CopyGradsToHost(const StepOp& op);
+  void CpuOptimizerStep(const StepOp& op);
+  void CopyParamsToDevice(const StepOp& op);
+  bool Sharded(int unit) const { return units_.at(unit).group_size() > 1; }
 
   const Plan& plan_;
   const LlamaModel& model_;
@@ -112,6 +190,15 @@ class StepInterpreter {
   bool program_gathers_ = false;  // false: the optimizer refreshes compute copies itself
   RopeTable rope_;
   std::unique_ptr<compat::OpTimer> timer_;
+  StepComms comms_;
+  bool offload_ = false;
+  // Offload: pinned host buffers per unit (fp32 grad shard, compute-dtype
+  // shard staged for the copy up) and the copy streams' completion events.
+  std::vector<at::Tensor> host_grads_, host_compute_;
+  struct CopyStreams;
+  std::unique_ptr<CopyStreams> copies_;
+  std::map<int, std::unique_ptr<Pending>> pending_;  // op id -> collective in flight
+  std::map<int, int> copy_of_unit_;                   // unit -> op id of its gradient copy down (this step)
 
   // Per-step state.
   std::vector<at::Tensor> inputs_, targets_;  // per micro-batch, on device_

@@ -4,10 +4,17 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <stdexcept>
 
 #include "executor/batch_source.h"
+#include "executor/checkpoint/safetensors.h"
+#include "executor/comm/collective_watchdog.h"
+#include "executor/comm/distributed_env.h"
+#include "executor/comm/process_groups.h"
 #include "executor/data/batch_loader.h"
 #include "executor/flat_unit.h"
 #include "executor/model/llama_model.h"
@@ -26,7 +33,10 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-at::Device ParseDevice(const std::string& name) {
+// "cuda" (and "cuda:0" when several ranks share the node, as `llmplan run`
+// passes it) means this rank's GPU: cuda:LOCAL_RANK.
+at::Device ParseDevice(std::string name, const DistributedEnv& env) {
+  if (env.local_world_size > 1 && (name == "cuda" || name == "cuda:0")) name = "cuda:" + std::to_string(env.local_rank);
   if (name == "cpu") return at::Device(at::kCPU);
   if (name.rfind("cuda", 0) == 0) {
     if (!torch::cuda::is_available())
@@ -72,15 +82,15 @@ std::string ProbeAttentionBackend(const Plan& plan, const at::Device& device) {
 // The batch loader behind the BatchSource interface.
 class TokenFileBatches : public BatchSource {
  public:
-  TokenFileBatches(const Plan& plan, const std::string& path)
+  TokenFileBatches(const Plan& plan, const std::string& path, const DistributedEnv& env)
       : loader_(
             [&] {
               data::BatchLoaderOptions o;
               o.path = path;
               o.seq_len = plan.seq_len;
               o.micro_batch = plan.micro_batch;
-              o.rank = 0;
-              o.world = 1;
+              o.rank = env.rank;  // rank r reads rows r*micro_batch.. of every global micro-batch
+              o.world = env.world_size;
               o.vocab = plan.model.vocab;
               o.seed = plan.seed;
               o.shuffle = true;
@@ -94,23 +104,61 @@ class TokenFileBatches : public BatchSource {
   data::BatchLoader loader_;
 };
 
+// The whole model in fp32 under Hugging Face names, unpadded and in each
+// parameter's shape: every shard group all-gathers its units' master shards
+// (a collective on every rank), rank 0 writes RUN_DIR/final.safetensors.
+void WriteFinalWeights(const LlamaModel& model, std::vector<FlatUnit>& units, Communicator* shard, bool write,
+                       const std::string& path) {
+  std::map<std::string, at::Tensor> tensors;
+  for (int u = 0; u < model.num_units(); ++u) {
+    at::Tensor full = FullMaster(units[u], shard);
+    if (!write) continue;
+    int64_t offset = 0;
+    for (const ParamShape& p : units[u].shapes()) {
+      tensors[p.name] = full.narrow(0, offset, p.numel()).view(p.shape).clone();
+      offset += p.numel();
+    }
+  }
+  if (write) checkpoint::WriteSafetensors(path, tensors, {{"format", "pt"}, {"written_by", "llmplan run"}});
+}
+
 }  // namespace
 
 RunSummary Train(const TrainConfig& config, BatchSource& data) {
   const Plan& plan = config.plan;
   plan.Validate();
   if (config.steps < 1) throw UserError("--steps must be at least 1");
-  const at::Device device = ParseDevice(config.device);
   const auto run_start = Clock::now();
 
-  // --- model, parameters, optimizer, step program ---
-  LlamaModel model(plan.model);
-  std::vector<FlatUnit> units = MakeFlatUnits(model, device, ComputeDtype(plan), plan.seed);
-  AdamW optimizer(plan.optimizer, ShardNumels(units), device);
-  const HardwareProfile profile = ProfileOrDefault(plan.profile, config.progress);
-  StepInterpreter step(plan, model, units, optimizer, BuildStepProgram(plan, profile), device);
+  // --- processes: one per GPU, connected by a shard and a replica group ---
+  const DistributedEnv env = ReadDistributedEnv();
+  if (env.world_size != plan.gpus)
+    throw UserError("the plan is for " + std::to_string(plan.gpus) + " GPU(s) but " + std::to_string(env.world_size) +
+                    " process(es) were started (" + env.source + "): start one process per GPU of the plan, or make "
+                    "the plan with llmplan estimate --gpus " + std::to_string(env.world_size));
+  const at::Device device = ParseDevice(config.device, env);
+  const bool rank0 = env.rank == 0;
+  ProcessGroups groups;
+  std::unique_ptr<CollectiveWatchdog> watchdog;
+  StepComms comms;
+  if (env.world_size > 1) {
+    const auto timeout = CollectiveTimeoutFromEnv(std::chrono::seconds(300));
+    groups = ConnectProcessGroups(env, plan.shard_group_size, /*use_nccl=*/device.is_cuda(), device, timeout);
+    HealthCheck(groups);  // every group answers before any training
+    watchdog = std::make_unique<CollectiveWatchdog>(env.rank, timeout, groups.All());
+    comms = StepComms{groups.shard.get(), groups.replica.get(), groups.world.get(), watchdog.get()};
+  }
 
-  MetricsLog log(config.run_dir, config.steps, config.progress);
+  // --- model, parameters (sharded over the shard group), optimizer, step program ---
+  LlamaModel model(plan.model);
+  std::vector<FlatUnit> units =
+      MakeShardedUnits(model, plan, device, comms.shard != nullptr ? comms.shard->rank() : 0);
+  AdamW optimizer(plan.optimizer, ShardNumels(units), device, /*allow_fused=*/true,
+                  /*state_on_host=*/OffloadsOptimizer(plan.offload));
+  const HardwareProfile profile = ProfileOrDefault(plan.profile, config.progress && rank0);
+  StepInterpreter step(plan, model, units, optimizer, BuildStepProgram(plan, profile), device, comms);
+
+  MetricsLog log(rank0 ? config.run_dir : std::string(), config.steps, config.progress && rank0);
   log.WriteProgram(step.program());
   const double peak_flops = profile.bf16_peak_flops;
   const double model_flops = ModelFlopsPerToken(plan), hardware_flops = HardwareFlopsPerToken(plan);
@@ -178,14 +226,20 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   summary.mean_tokens_per_s = timed_tokens_per_s / static_cast<double>(timed_steps);
   summary.mean_mfu = timed_mfu / static_cast<double>(timed_steps);
   summary.mean_hfu = timed_hfu / static_cast<double>(timed_steps);
+  // --- the trained model, whole, under Hugging Face names ---
+  if (!config.run_dir.empty()) {
+    WriteFinalWeights(model, units, comms.shard, rank0,
+                      (std::filesystem::path(config.run_dir) / "final.safetensors").string());
+  }
   summary.total_s = SecondsSince(run_start);
   log.Finish(summary);
+  watchdog.reset();  // before the communicators it watches
   return summary;
 }
 
 RunSummary TrainOnTokenFile(const TrainConfig& config, const std::string& token_path) {
   config.plan.Validate();
-  TokenFileBatches data(config.plan, token_path);
+  TokenFileBatches data(config.plan, token_path, ReadDistributedEnv());
   return Train(config, data);
 }
 

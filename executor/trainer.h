@@ -31,15 +31,26 @@ struct TrainConfig {
 };
 
 // Trains config.plan for config.steps optimizer steps on micro-batches from
-// `data`. Returns the summary (also written to run_dir/summary.json).
+// `data` (this rank's). Returns the summary (also written to
+// run_dir/summary.json).
+//
+// Several processes: each is one rank of plan.gpus, placed by the torchrun or
+// Slurm environment (comm/distributed_env.h); they connect their shard,
+// replica and world groups (NCCL on CUDA, Gloo on the CPU), run a health
+// check, and train the plan's sharding. "cuda" / "cuda:0" then mean
+// cuda:LOCAL_RANK. Rank 0 alone writes the run directory: metrics.jsonl,
+// summary.json, and at the end final.safetensors — every parameter in fp32
+// under its Hugging Face name and shape (the master shards all-gathered).
 // REQUIRES: nothing. Throws UserError for an invalid plan, a plan this
-// executor cannot run (several GPUs, offload), no CUDA device when one is
-// asked for, or a bad batch; std::runtime_error when the loss stops being
-// finite.
+// executor cannot run (parameter offload), a world size other than
+// plan.gpus, no CUDA device when one is asked for, or a bad batch;
+// CollectiveError when the ranks cannot connect; std::runtime_error when the
+// loss stops being finite.
 RunSummary Train(const TrainConfig& config, BatchSource& data);
 
 // Train() on a token file read by the background batch loader (shuffled
-// windows seeded with plan.seed). Throws UserError for a missing or malformed
+// windows seeded with plan.seed; rank r of W reads rows r*micro_batch.. of
+// every global micro-batch of W*micro_batch samples). Throws UserError for a missing or malformed
 // file or a token id >= vocab.
 RunSummary TrainOnTokenFile(const TrainConfig& config, const std::string& token_path);
 

@@ -3,7 +3,9 @@
 // gradient-norm clipping of the plan's OptimizerConfig.
 //
 // One update per unit over its whole flat buffer: a single fused kernel on
-// CUDA with LibTorch >= 2.1, otherwise a handful of in-place whole-buffer ops.
+// CUDA (fused_adamw.cu, which also writes the bf16 copy the next all-gather
+// sends), a multi-threaded vectorised loop on the host when the optimizer is
+// offloaded (cpu_adamw.h), otherwise a handful of in-place whole-buffer ops.
 // Either way the cost is a few passes over HBM per unit, never a loop over
 // hundreds of small tensors.
 //
@@ -39,8 +41,10 @@ class AdamW {
   // `shard_numels[u]` is the length of unit u's fp32 master buffer.
   // `allow_fused` false forces the unfused whole-buffer form (tests compare
   // the two).
+  // `state_on_host` puts m and v in (pinned) host memory beside an offloaded
+  // master; Update then runs the CPU loop (cpu_adamw.h).
   AdamW(const OptimizerConfig& config, const std::vector<int64_t>& shard_numels, const at::Device& device,
-        bool allow_fused = true);
+        bool allow_fused = true, bool state_on_host = false);
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
@@ -55,13 +59,31 @@ class AdamW {
   // REQUIRES: grads are fp32 and disjoint (padding elements zero).
   double ClipGradients(const std::vector<at::Tensor>& grads);
 
+  // The two halves of ClipGradients, for sharded gradients whose squared norm
+  // is summed across ranks in between:
+  // sum over `grads` of their squared L2 norms, an fp32 scalar tensor on
+  // their device (no host sync).
+  // REQUIRES: grads non-empty, fp32, on one device.
+  static at::Tensor SumOfSquares(const std::vector<at::Tensor>& grads);
+  // Scales every gradient by grad_clip / (norm + 1e-6) when grad_clip > 0 and
+  // norm exceeds it.
+  void ClipToNorm(const std::vector<at::Tensor>& grads, double norm) const;
+
   // Learning rate of the next Update.
   double CurrentLearningRate() const { return LearningRateAt(config_, state_.step); }
 
   // Updates unit `unit`'s master in place with the next step's hyper-
-  // parameters. Call once per unit, then FinishStep.
-  // REQUIRES: master and grad have shard_numels[unit] fp32 elements.
-  void Update(int unit, at::Tensor& master, const at::Tensor& grad);
+  // parameters. Call once per unit, then FinishStep. When `compute_copy` is
+  // defined it receives the updated master in its dtype (the bf16 shard the
+  // next all-gather sends): on CUDA the fused kernel writes it in the same
+  // pass, elsewhere it is one extra cast.
+  // Where the state lives decides the path: CUDA tensors take the fused
+  // kernel (one launch), host tensors the multi-threaded CPU loop (offload),
+  // others the whole-buffer ATen ops.
+  // REQUIRES: master and grad have shard_numels[unit] fp32 elements on the
+  // device the state was created on; compute_copy, when defined, as many
+  // elements, contiguous.
+  void Update(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy = at::Tensor());
   // Advances the step count (after every unit's Update).
   void FinishStep() { ++state_.step; }
 
@@ -69,6 +91,7 @@ class AdamW {
   OptimizerConfig config_;
   AdamWState state_;
   bool allow_fused_;
+  bool state_on_host_;
   at::Tensor step_tensor_;  // device scalar for the fused kernel's bias correction
 };
 

@@ -90,8 +90,8 @@ struct Rig {
   explicit Rig(const Plan& p, const at::Device& device = at::Device(at::kCPU))
       : plan(p),
         model(p.model),
-        units(MakeFlatUnits(model, device, ComputeDtype(p), p.seed)),
-        optimizer(p.optimizer, ShardNumels(units), device),
+        units(MakeShardedUnits(model, p, device, /*shard_rank=*/0)),
+        optimizer(p.optimizer, ShardNumels(units), device, /*allow_fused=*/true, OffloadsOptimizer(p.offload)),
         step(plan, model, units, optimizer, BuildStepProgram(plan, CpuProfile()), device) {}
   Rig(const Rig&) = delete;
   Rig& operator=(const Rig&) = delete;

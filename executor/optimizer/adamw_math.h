@@ -1,0 +1,35 @@
+// AdamWScalars: the per-step numbers one AdamW update of a flat fp32 buffer
+// needs, computed once on the host so the CPU loop and the CUDA kernel apply
+// exactly the same arithmetic as the whole-buffer ATen form in adamw.cc:
+//
+//   p  = p * (1 - lr * wd)
+//   m  = m * b1 + g * (1 - b1)
+//   v  = v * b2 + g * g * (1 - b2)
+//   p += step_size * m / (sqrt(v) / bias2_sqrt + eps)     step_size = -lr / bias1
+//
+// Free of LibTorch and CUDA headers: included by host code and by nvcc.
+#pragma once
+
+#include <cstdint>
+
+namespace llmplan::executor {
+
+struct AdamWScalars {
+  float decay = 1;       // 1 - lr * weight_decay
+  float beta1 = 0.9f, one_minus_beta1 = 0.1f;
+  float beta2 = 0.95f, one_minus_beta2 = 0.05f;
+  float bias2_sqrt = 1;  // sqrt(1 - beta2^t)
+  float eps = 1e-8f;
+  float step_size = 0;   // -lr / (1 - beta1^t)
+};
+
+// One fused AdamW pass over n elements on the GPU (fused_adamw.cu): reads
+// param, grad, m, v once, writes param, m, v and, when compute_out is not
+// null, the updated param in bf16 (compute_is_bf16) or fp32 — the copy the
+// next all-gather sends. One launch; asynchronous on `stream` (a
+// cudaStream_t).
+// REQUIRES: device pointers of one device; n >= 0.
+void LaunchFusedAdamW(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, void* compute_out,
+                      bool compute_is_bf16, int64_t n, const AdamWScalars& s, void* stream);
+
+}  // namespace llmplan::executor
