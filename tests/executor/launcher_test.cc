@@ -215,8 +215,10 @@ TEST_F(LauncherTest, FailingRankStopsTheOthersAndIsNamed) {
   double seconds = 0;
   const int rc = Launch(Spec(3, "sleep,exit3,sleep"), &err, &seconds);
   EXPECT_EQ(rc, 3) << "the failed rank's status";
-  // Well inside the 10 s grace: the sleepers act on SIGTERM.
-  EXPECT_LT(seconds, 8.0) << err;
+  // The sleepers act on SIGTERM: no wait for the 10 s grace (checked by the
+  // message below, not by wall time, which the ranks' start-up dominates
+  // on a loaded machine).
+  EXPECT_LT(seconds, 60.0) << err;
   EXPECT_TRUE(WaitForFiles(dir_, 3, std::chrono::seconds(0))) << "all ranks had started";
   EXPECT_NE(err.find("llmplan: rank 1 (pid "), std::string::npos) << err;
   EXPECT_NE(err.find("died: exited with status 3: rank 1 failing on purpose; stopped the other 2 ranks\n"),
@@ -238,7 +240,7 @@ TEST_F(LauncherTest, RankIgnoringSigtermIsKilledAfterGrace) {
   std::string err;
   double seconds = 0;
   EXPECT_EQ(Launch(Spec(2, "exit3,stubborn", /*grace_s=*/1), &err, &seconds), 3);
-  EXPECT_LT(seconds, 8.0) << err;
+  EXPECT_LT(seconds, 60.0) << err;
   EXPECT_NE(err.find("rank 0 (pid "), std::string::npos) << err;
   EXPECT_NE(err.find("stopped the other 1 rank (1 needed SIGKILL after 1 s)"), std::string::npos) << err;
 }
