@@ -6,9 +6,10 @@
 // place through the environment torchrun uses (RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT), so the code a child
 // runs is the same whether this launcher, torchrun or Slurm started it (it
-// reads them with ReadDistributedEnv(), executor/comm/distributed_env.h). Children select their GPU with LOCAL_RANK rather than
-// CUDA_VISIBLE_DEVICES, so NCCL sees every GPU of the node and can use
-// peer-to-peer paths between them.
+// reads them with ReadDistributedEnv(), executor/comm/distributed_env.h).
+// Children select their GPU with LOCAL_RANK rather than CUDA_VISIBLE_DEVICES,
+// so NCCL sees every GPU of the node and can use peer-to-peer paths between
+// them.
 //
 // Output: rank 0's stdout passes through; other ranks' stdout is dropped unless
 // LLMPLAN_VERBOSE_RANKS=1 (then it is prefixed "[rank N] "). Every rank's
