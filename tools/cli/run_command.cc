@@ -6,10 +6,12 @@
 //
 // The plan comes from `llmplan estimate ... -o plan.json`; the token file from
 // `llmplan data prepare` or any format executor/data/token_file.h reads.
+#include <cstdlib>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "executor/launcher/launcher.h"
 #include "executor/trainer.h"
 #include "planner/plan.h"
 #include "planner/user_error.h"
@@ -27,6 +29,7 @@ struct RunOptions {
   bool cpu = false;
   std::string dtype;  // empty: the plan's param_dtype
   double lr = -1;     // < 0: the plan's
+  int cpu_ranks = 0;  // with --cpu: local processes (Gloo ranks); 0: the plan's gpus
 };
 
 void RunCommand(const RunOptions& o) {
@@ -40,8 +43,29 @@ void RunCommand(const RunOptions& o) {
   if (o.steps < 1) throw UserError("--steps must be at least 1");
   config.steps = o.steps;
   config.run_dir = o.out;
-  config.device = o.cpu ? "cpu" : "cuda:0";
+  config.device = o.cpu ? "cpu" : "cuda";  // cuda:LOCAL_RANK when several processes run
   config.progress = true;
+
+  // One process per local GPU (or CPU rank), unless torchrun or Slurm already
+  // started one per rank: then this process is that rank.
+  if (o.cpu_ranks > 0 && !o.cpu) throw UserError("--cpu-ranks needs --cpu (on GPUs, one rank per planned GPU starts)");
+  const int local_ranks = o.cpu && o.cpu_ranks > 0 ? o.cpu_ranks : config.plan.gpus;
+  if (local_ranks != config.plan.gpus) {
+    throw UserError("--cpu-ranks " + std::to_string(local_ranks) + " differs from the plan's " +
+                    std::to_string(config.plan.gpus) + " GPUs (one rank per planned GPU)");
+  }
+  if (local_ranks > 1 && !executor::UnderExternalLauncher()) {
+    if (!o.cpu && config.plan.gpus > config.plan.gpus_per_node) {
+      throw UserError("the plan spans " + std::to_string(config.plan.gpus) +
+                      " GPUs on several nodes: start one `llmplan run` per GPU with torchrun or srun");
+    }
+    executor::LaunchSpec spec;
+    spec.argv = executor::SelfArgv();
+    spec.nprocs = local_ranks;
+    spec.cpu = o.cpu;
+    if (const int rc = executor::LaunchLocalRanks(spec); rc != 0) std::exit(rc);  // it printed why
+    return;
+  }
   executor::TrainOnTokenFile(config, o.data_path);
 }
 
@@ -59,6 +83,8 @@ void AddRunCommand(CLI::App& app) {
   run->add_flag("--cpu", options->cpu, "train on the CPU instead of CUDA device 0");
   run->add_option("--dtype", options->dtype, "compute dtype, overriding the plan's (bf16 or fp32)");
   run->add_option("--lr", options->lr, "peak learning rate, overriding the plan's");
+  run->add_option("--cpu-ranks", options->cpu_ranks, "with --cpu: CPU processes to start (default: the plan's gpus)")
+      ->check(CLI::Range(1, 1024));
   run->callback([options] { RunCommand(*options); });
 }
 
