@@ -287,7 +287,35 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
 
   StepResult result;
   result.lr = optimizer_.CurrentLearningRate();
+  // Gathers are issued as early as their deps allow, not at their place in
+  // the list: the list puts "all-gather unit u+1" after "forward unit u", and
+  // a collective is ordered after the work already queued on the compute
+  // stream, so issuing it in list order would serialise every gather behind
+  // the forward before it. Issued early (once the release it waits for has
+  // run), it overlaps that forward, as the simulator schedules it. Every rank
+  // hoists the same gathers, so collectives stay in the same order on all.
+  const int n = static_cast<int>(program_.ops.size());
+  std::vector<char> done(n, 0);
+  auto issue_gathers_ahead = [&](int from) {
+    constexpr int kLookahead = 64;  // ops scanned; gathers are rate-limited by their deps anyway
+    std::vector<char> unit_busy(units_.size(), 0);  // a unit with an op still to run before the gather
+    for (int j = from; j < n && j < from + kLookahead; ++j) {
+      const StepOp& g = program_.ops[j];
+      if (done[j]) continue;
+      bool ready = g.kind == OpKind::kAllGather && !unit_busy.at(g.unit);
+      for (int dep : g.deps) ready = ready && done[dep];
+      if (ready) {
+        timer_->Start(g.id);
+        Gather(g);
+        timer_->Stop(g.id);
+        done[j] = 1;
+      } else if (g.unit >= 0) {
+        unit_busy.at(g.unit) = 1;  // its buffer is still in use (or not yet released) before j
+      }
+    }
+  };
   for (const StepOp& op : program_.ops) {
+    if (done[op.id]) continue;  // a gather issued ahead
     // The collectives this op depends on must have landed first.
     for (int dep : op.deps) Finish(dep);
     timer_->Start(op.id);
@@ -317,6 +345,8 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
       case OpKind::kCopyToDevice: CopyParamsToDevice(op); break;
     }
     timer_->Stop(op.id);
+    done[op.id] = 1;
+    issue_gathers_ahead(op.id + 1);
   }
   FinishAll();
   copies_->DeviceWaitAll();  // the next step's gathers read the compute shards copied up
