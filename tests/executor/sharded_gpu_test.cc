@@ -1,0 +1,197 @@
+// GPU checks of the sharded executor (label gpu; run on the device machine):
+//   - the fused AdamW kernel (fused_adamw.cu) writes the bf16 copy the next
+//     all-gather sends, equal to the cast of the updated master, and matches
+//     the whole-buffer ATen form, on the float4 path and the scalar tail;
+//   - releasing a unit's gathered copy really returns its bytes to the CUDA
+//     caching allocator (FSDP's storage trick), and the parameters see the
+//     bytes a later gather brings;
+//   - with 2 GPUs (skipped on one): full_shard over NCCL with fp32 compute,
+//     2 ranks x 1 row, ends with the parameters of one GPU on 2 rows, and
+//     offloading the optimizer does not change them.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "executor/checkpoint/safetensors.h"
+#include "executor/flat_unit.h"
+#include "executor/optimizer/adamw.h"
+#include "executor/torch_compat.h"
+#include "executor/trainer.h"
+#include "tests/executor/core_test_support.h"
+
+namespace llmplan::executor {
+namespace {
+
+namespace fs = std::filesystem;
+
+const at::Device kCuda(at::kCUDA, 0);
+
+class ShardedGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_F(ShardedGpuTest, FusedAdamWWritesTheBf16GatherCopy) {
+  OptimizerConfig c;
+  c.warmup_steps = 2;
+  for (int64_t n : {int64_t{4096}, int64_t{4099}, int64_t{1} << 20}) {  // float4 only, float4 + tail, many blocks
+    AdamW fused(c, {n}, kCuda, /*allow_fused=*/true), plain(c, {n}, kCuda, /*allow_fused=*/false);
+    auto fp32 = at::TensorOptions().dtype(at::kFloat).device(kCuda);
+    at::Tensor a = at::randn({n}, fp32), b = a.clone();
+    at::Tensor copy = at::zeros({n}, fp32.dtype(at::kBFloat16));
+    for (int step = 0; step < 4; ++step) {
+      at::Tensor g = at::randn({n}, fp32);
+      fused.Update(0, a, g, copy);
+      fused.FinishStep();
+      plain.Update(0, b, g);
+      plain.FinishStep();
+    }
+    EXPECT_TRUE(at::allclose(a, b, 1e-5, 1e-6)) << n << ": " << (a - b).abs().max().item<double>();
+    EXPECT_TRUE(at::equal(copy, a.to(at::kBFloat16))) << n;
+  }
+}
+
+#ifdef LLMPLAN_WITH_CUDA
+int64_t AllocatedBytes() {
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  return stats.allocated_bytes[0].current;
+}
+
+TEST_F(ShardedGpuTest, ReleasedComputeBufferReturnsItsBytes) {
+  const int64_t n = 16 << 20;  // 32 MiB in bf16
+  std::vector<ParamShape> shapes = {{"w", {n}, ParamInit::kNormal}};
+  FlatUnit unit(shapes, FlatUnitOptions{1, 0, at::kBFloat16, false}, kCuda);
+  unit.master().normal_();
+  torch::cuda::synchronize();
+  const int64_t before = AllocatedBytes();
+  unit.ReleaseCompute();
+  unit.ReleaseComputeGrad();
+  torch::cuda::synchronize();
+  EXPECT_EQ(before - AllocatedBytes(), 2 * 2 * n) << "compute and compute_grad (bf16) must go back";
+  unit.GatherLocal();  // materialises compute again and fills it
+  EXPECT_EQ(AllocatedBytes() - (before - 2 * 2 * n), 2 * n);
+  EXPECT_TRUE(at::equal(unit.params()[0], unit.master().to(at::kBFloat16)));
+}
+#endif
+
+// --- 2 GPUs: ranks as processes, as sharded_train_test.cc does on the CPU ---
+
+Plan TwoGpuPlan(Offload offload) {
+  Plan p = testing::TestPlan("tiny-qwen2", 1, 2, 64);  // fp32 compute: tight comparison
+  p.gpus = 2;
+  p.gpus_per_node = 2;
+  p.strategy = ShardingStrategy::kFullShard;
+  NormaliseGrouping(p);
+  p.offload = offload;
+  p.optimizer.lr = 1e-3;
+  p.Validate();
+  return p;
+}
+
+class RankRows : public BatchSource {
+ public:
+  RankRows(int64_t vocab, int64_t rows, int world, int rank) : vocab_(vocab), rows_(rows), world_(world), rank_(rank) {}
+  at::Tensor Next() override {
+    at::Tensor global = testing::RandomTokens(rows_ * world_, 64, vocab_, 2000 + calls_++);
+    return global.narrow(0, rank_ * rows_, rows_).clone();
+  }
+  int64_t position() const override { return calls_ * rows_ * world_; }
+
+ private:
+  int64_t vocab_, rows_;
+  int world_, rank_;
+  int64_t calls_ = 0;
+};
+
+TrainConfig GpuConfig(const Plan& plan, const std::string& run_dir) {
+  TrainConfig config;
+  config.plan = plan;
+  config.steps = 3;
+  config.run_dir = run_dir;
+  config.device = "cuda";
+  config.progress = false;
+  return config;
+}
+
+TEST(ShardedGpuChild, Run) {
+  const char* run_dir = std::getenv("LLMPLAN_SHARD_GPU_CHILD");
+  if (run_dir == nullptr) GTEST_SKIP() << "runs only as a rank of a multi-GPU test";
+  const Plan plan = TwoGpuPlan(std::getenv("LLMPLAN_SHARD_GPU_OFFLOAD") ? Offload::kOptimizer : Offload::kNone);
+  RankRows data(plan.model.vocab, plan.micro_batch, 2, std::atoi(std::getenv("RANK")));
+  Train(GpuConfig(plan, run_dir), data);
+}
+
+void RunTwoRanks(const fs::path& run_dir, bool offload) {
+  const int port = 29000 + static_cast<int>(getpid() % 1000);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setenv("LLMPLAN_SHARD_GPU_CHILD", run_dir.c_str(), 1);
+      if (offload) setenv("LLMPLAN_SHARD_GPU_OFFLOAD", "1", 1);
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", "2", 1);
+      setenv("LOCAL_WORLD_SIZE", "2", 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port + (offload ? 1 : 0)).c_str(), 1);
+      setenv("NCCL_NVLS_ENABLE", "0", 1);
+      execl("/proc/self/exe", "/proc/self/exe", "--gtest_filter=ShardedGpuChild.Run", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a rank failed";
+  }
+}
+
+double MaxDifference(const fs::path& a, const fs::path& b) {
+  auto x = checkpoint::ReadSafetensors(a.string()), y = checkpoint::ReadSafetensors(b.string());
+  EXPECT_EQ(x.tensors.size(), y.tensors.size());
+  double worst = 0;
+  for (const auto& [name, t] : y.tensors) {
+    if (!x.tensors.count(name)) {
+      ADD_FAILURE() << name << " missing";
+      continue;
+    }
+    worst = std::max(worst, (x.tensors[name] - t).abs().max().item<double>());
+  }
+  return worst;
+}
+
+TEST_F(ShardedGpuTest, TwoGpuFullShardEqualsOneGpu) {
+  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const fs::path dir = fs::temp_directory_path() / ("llmplan_sharded_gpu_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  // One GPU on both rows of every micro-batch.
+  Plan one = testing::TestPlan("tiny-qwen2", 2, 2, 64);
+  one.optimizer.lr = 1e-3;
+  RankRows all(one.model.vocab, 2, 1, 0);
+  TrainConfig config = GpuConfig(one, (dir / "one").string());
+  config.device = "cuda:0";
+  Train(config, all);
+  RunTwoRanks(dir / "two", false);
+  RunTwoRanks(dir / "two_offload", true);
+  const double sharded = MaxDifference(dir / "two" / "final.safetensors", dir / "one" / "final.safetensors");
+  const double offloaded = MaxDifference(dir / "two_offload" / "final.safetensors", dir / "two" / "final.safetensors");
+  std::printf("2-GPU full_shard vs 1 GPU: %.3g; offloaded vs not: %.3g\n", sharded, offloaded);
+  EXPECT_LT(sharded, 2e-5);
+  EXPECT_LT(offloaded, 5e-6);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace llmplan::executor
