@@ -3,7 +3,8 @@
 // micro-batch, must end with the same parameters as one process training on
 // the whole batch — for full_shard, shard_grad_op and no_shard on 2 and 3
 // ranks (3 ranks: shards padded, the embedding's 32768 values do not split
-// evenly), hybrid_shard on 2 x 2 ranks, and with the optimizer offloaded.
+// evenly), hybrid_shard on 2 x 2 ranks, with the optimizer offloaded, and with
+// every rank reading its rows of a token file through the batch loader.
 // The comparison is on final.safetensors, which must hold every Hugging Face
 // parameter name in its shape.
 //
@@ -12,7 +13,8 @@
 // float rounding that AdamW's normalised update (~lr * sign(m / sqrt(v)))
 // does not amplify except where a gradient is within rounding of zero:
 // parameters must agree to 2e-5 absolute (2% of lr = 1e-3 after 3 steps;
-// typical differences are ~1e-7) and losses to 1e-5 relative.
+// typical differences are ~1e-7); losses and global gradient norms to 1e-5
+// relative.
 //
 // A rank re-executes this binary (--gtest_filter=ShardedChild.Run) with the
 // torchrun variables set, as comm_test.cc does: forking a process that already
@@ -59,6 +61,7 @@ struct Job {
   int64_t micro_batch = 1;  // per rank
   int64_t grad_accum = 2;
   std::vector<int> checkpoint_layers;
+  std::string tokens;  // a token file: ranks read it through the batch loader
 
   std::string Encode() const {
     nlohmann::json j = {{"preset", preset},
@@ -68,7 +71,8 @@ struct Job {
                         {"offload", OffloadName(offload)},
                         {"micro_batch", micro_batch},
                         {"grad_accum", grad_accum},
-                        {"checkpoint_layers", checkpoint_layers}};
+                        {"checkpoint_layers", checkpoint_layers},
+                        {"tokens", tokens}};
     return j.dump();
   }
   static Job Decode(const std::string& text) {
@@ -82,6 +86,7 @@ struct Job {
     job.micro_batch = j["micro_batch"].get<int64_t>();
     job.grad_accum = j["grad_accum"].get<int64_t>();
     job.checkpoint_layers = j["checkpoint_layers"].get<std::vector<int>>();
+    job.tokens = j["tokens"].get<std::string>();
     return job;
   }
 
@@ -209,20 +214,26 @@ TEST(ShardedChild, Run) {
   at::set_num_threads(1);
   const Job job = Job::Decode(encoded);
   const Plan plan = job.ShardedPlan();
+  const TrainConfig config = Config(plan, std::getenv("LLMPLAN_SHARD_RUN_DIR"));
+  if (!job.tokens.empty()) {
+    TrainOnTokenFile(config, job.tokens);  // the loader picks this rank's rows from RANK / WORLD_SIZE
+    return;
+  }
   const int rank = std::atoi(std::getenv("RANK"));
   RankRows data(plan.model.vocab, plan.micro_batch, job.world, rank);
-  Train(Config(plan, std::getenv("LLMPLAN_SHARD_RUN_DIR")), data);
+  Train(config, data);
 }
 
 // ---------------------------------------------------------------------------
 // Checks
 
-std::vector<double> LoggedLosses(const fs::path& run_dir) {
+// One metric per step from metrics.jsonl.
+std::vector<double> Logged(const fs::path& run_dir, const std::string& key) {
   std::ifstream in(run_dir / "metrics.jsonl");
-  std::vector<double> losses;
+  std::vector<double> values;
   std::string line;
-  while (std::getline(in, line)) losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  return losses;
+  while (std::getline(in, line)) values.push_back(nlohmann::json::parse(line)[key].get<double>());
+  return values;
 }
 
 // Every parameter of `expected` is in `got` with its shape; returns the
@@ -264,6 +275,10 @@ class ShardedTraining : public ::testing::Test {
     const fs::path run = dir_ / "reference";
     if (fs::exists(run / "final.safetensors")) return run;
     const Plan plan = job.ReferencePlan();
+    if (!job.tokens.empty()) {
+      TrainOnTokenFile(Config(plan, run.string()), job.tokens);
+      return run;
+    }
     RankRows data(plan.model.vocab, plan.micro_batch, 1, 0);
     Train(Config(plan, run.string()), data);
     return run;
@@ -279,10 +294,15 @@ class ShardedTraining : public ::testing::Test {
     if (!fs::exists(run / "final.safetensors")) return run;
     const double diff = MaxDifference(run / "final.safetensors", ref / "final.safetensors");
     EXPECT_LT(diff, 2e-5) << name << ": parameters differ from one process on the whole batch";
-    const auto losses = LoggedLosses(run), ref_losses = LoggedLosses(ref);
-    EXPECT_EQ(losses.size(), static_cast<size_t>(kSteps)) << name;
-    for (size_t s = 0; s < std::min(losses.size(), ref_losses.size()); ++s)
-      EXPECT_NEAR(losses[s], ref_losses[s], 1e-5 * ref_losses[s]) << name << " step " << s;
+    // AdamW's update barely depends on the gradient's scale, so parameters
+    // alone would not catch a wrong averaging factor: the global gradient
+    // norm (before clipping) does.
+    for (const char* key : {"loss", "grad_norm"}) {
+      const auto got = Logged(run, key), want = Logged(ref, key);
+      EXPECT_EQ(got.size(), static_cast<size_t>(kSteps)) << name;
+      for (size_t s = 0; s < std::min(got.size(), want.size()); ++s)
+        EXPECT_NEAR(got[s], want[s], 1e-5 * want[s]) << name << " " << key << " step " << s;
+    }
     std::printf("%s: max |param - reference| = %.3g\n", name.c_str(), diff);
     return run;
   }
@@ -338,6 +358,21 @@ TEST_F(ShardedTraining, OffloadedOptimizerEqualsDeviceOptimizer) {
   const fs::path resident = Check(job, "full_shard");
   // Same reductions in the same order; only the AdamW arithmetic's path differs.
   EXPECT_LT(MaxDifference(offloaded / "final.safetensors", resident / "final.safetensors"), 1e-6);
+}
+
+TEST_F(ShardedTraining, RanksReadingATokenFileEqualOneProcessOnTheWholeBatch) {
+  // The batch loader gives rank r rows r*micro_batch.. of every global
+  // micro-batch (shuffled windows, same seed): together the ranks see exactly
+  // the samples one process with micro_batch x world sees.
+  const fs::path tokens = dir_ / "tokens.u16";
+  {
+    at::Tensor ids = testing::RandomTokens(1, 4000, 512, 77).to(at::kShort);  // uint16 values < 512
+    std::ofstream out(tokens, std::ios::binary);
+    out.write(static_cast<const char*>(ids.data_ptr()), static_cast<std::streamsize>(ids.numel() * 2));
+  }
+  Job job;
+  job.tokens = tokens.string();
+  Check(job, "full_shard_token_file");
 }
 
 TEST_F(ShardedTraining, FinalWeightsHoldEveryHuggingFaceParameter) {
