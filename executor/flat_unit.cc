@@ -31,7 +31,8 @@ FlatUnit::FlatUnit(std::vector<ParamShape> shapes, const FlatUnitOptions& option
       rank_(options.rank),
       compute_dtype_(options.compute_dtype),
       device_(device),
-      master_on_host_(options.master_on_host) {
+      master_on_host_(options.master_on_host),
+      compute_resident_(options.compute_resident) {
   TORCH_CHECK(group_size_ >= 1 && rank_ >= 0 && rank_ < group_size_, "FlatUnit: bad rank ", rank_, " of ",
               group_size_);
   for (const auto& s : shapes_) numel_ += s.numel();
@@ -42,7 +43,11 @@ FlatUnit::FlatUnit(std::vector<ParamShape> shapes, const FlatUnitOptions& option
   grad_ = at::zeros({shard_numel()}, fp32);
   compute_ = at::zeros({padded_numel_}, fp32.dtype(compute_dtype_));
   compute_grad_ = at::zeros({padded_numel_}, fp32.dtype(compute_dtype_));
-  if (group_size_ > 1 || master_on_host_) compute_shard_ = at::zeros({shard_numel()}, fp32.dtype(compute_dtype_));
+  if (group_size_ == 1 && master_on_host_ && compute_resident_) {
+    compute_shard_ = compute_;  // the shard is the whole, resident unit
+  } else if (group_size_ > 1 || master_on_host_) {
+    compute_shard_ = at::zeros({shard_numel()}, fp32.dtype(compute_dtype_));
+  }
   int64_t offset = 0;
   for (const auto& s : shapes_) {
     at::Tensor p = AliasOf(compute_, offset, s.shape);
@@ -88,7 +93,8 @@ void FlatUnit::GatherLocal() {
   at::NoGradGuard no_grad;
   MaterializeCompute();
   // With the master on the host the device copy of the shard is the source:
-  // no host->device traffic on the hot path.
+  // no host->device traffic on the hot path (nothing at all when it is compute).
+  if (master_on_host_ && compute_shard_.is_same(compute_)) return;
   compute_.copy_(master_on_host_ ? compute_shard_ : master_);
 }
 
@@ -115,7 +121,10 @@ void FlatUnit::ZeroGradients() {
 bool FlatUnit::compute_materialized() const { return compat::StorageMaterialized(compute_); }
 bool FlatUnit::compute_grad_materialized() const { return compat::StorageMaterialized(compute_grad_); }
 
-void FlatUnit::ReleaseCompute() { compat::ReleaseStorage(compute_); }
+void FlatUnit::ReleaseCompute() {
+  TORCH_CHECK(!compute_resident_, "FlatUnit::ReleaseCompute: the unit's compute copy is resident");
+  compat::ReleaseStorage(compute_);
+}
 
 void FlatUnit::MaterializeCompute() {
   if (compute_materialized()) return;

@@ -53,6 +53,11 @@ struct FlatUnitOptions {
   // Master weights (and the optimizer state kept beside them) in host memory,
   // pinned when CUDA is available so copies are asynchronous DMA.
   bool master_on_host = false;
+  // The compute copy stays gathered for the whole run (no_shard: no release
+  // ops). An unsharded unit's compute_shard is then compute itself, so an
+  // offloaded step copies the update straight into it instead of keeping a
+  // second bf16 model on the GPU.
+  bool compute_resident = false;
 };
 
 class FlatUnit {
@@ -85,7 +90,8 @@ class FlatUnit {
   at::Tensor& grad() { return grad_; }      // fp32 [shard_numel], on the device
   const at::Tensor& compute() const { return compute_; }            // [padded_numel]
   const at::Tensor& compute_grad() const { return compute_grad_; }  // [padded_numel]
-  // Undefined unless group_size > 1 or master_on_host.
+  // Undefined unless group_size > 1 or master_on_host; compute itself when
+  // unsharded and compute_resident.
   const at::Tensor& compute_shard() const { return compute_shard_; }  // [shard_numel], device
 
   // The model's parameters for this unit (aliases of compute(), requires_grad,
@@ -121,6 +127,7 @@ class FlatUnit {
   bool compute_materialized() const;
   bool compute_grad_materialized() const;
   // Returns compute's bytes to the allocator.
+  // REQUIRES: not compute_resident.
   void ReleaseCompute();
   // Gives compute bytes again (contents undefined until a gather fills them).
   void MaterializeCompute();
@@ -134,6 +141,7 @@ class FlatUnit {
   at::ScalarType compute_dtype_;
   at::Device device_;
   bool master_on_host_ = false;
+  bool compute_resident_ = false;
   at::Tensor master_, grad_, compute_, compute_grad_, compute_shard_;
   std::vector<at::Tensor> params_;
 };

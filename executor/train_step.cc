@@ -38,6 +38,9 @@ std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan
   options.rank = shard_rank;
   options.compute_dtype = ComputeDtype(plan);
   options.master_on_host = OffloadsOptimizer(plan.offload);
+  // no_shard programs never release (and never gather: the optimizer step
+  // refreshes the resident copy).
+  options.compute_resident = plan.strategy == ShardingStrategy::kNoShard;
   std::vector<FlatUnit> units;
   units.reserve(model.num_units());
   for (int u = 0; u < model.num_units(); ++u) {

@@ -130,6 +130,9 @@ TEST(TrainStepTest, OffloadedOptimizerEqualsDeviceOptimizer) {
     for (const auto& op : b.step.program().ops) cpu_steps += op.kind == OpKind::kCpuOptimizerStep;
     EXPECT_EQ(cpu_steps, static_cast<int>(b.units.size()));
     EXPECT_TRUE(b.units[0].master_on_host());
+    // no_shard keeps one bf16 model on the device: the update is copied
+    // straight into the resident compute copy.
+    EXPECT_EQ(b.units[1].compute_shard().is_same(b.units[1].compute()), strategy == ShardingStrategy::kNoShard);
     for (int step = 0; step < 3; ++step) {
       at::Tensor t = testing::RandomTokens(4, 16, plain.model.vocab, 300 + step);
       std::vector<at::Tensor> mbs = {t.narrow(0, 0, 2), t.narrow(0, 2, 2)};
