@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/executor/gpu_test_support.h"
+
 #include "executor/data/batch_loader.h"
 
 namespace llmplan::data {
@@ -38,7 +40,7 @@ TEST(BatchLoaderGpuTest, PinnedBatchesCopyAsynchronously) {
       EXPECT_TRUE(torch::equal(on_gpu.cpu(), batch.tokens));
     }
   }
-  std::filesystem::remove_all(pattern);
+  llmplan::gpu_test::RemoveTree(pattern);
 }
 
 }  // namespace

@@ -20,6 +20,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/executor/gpu_test_support.h"
+
 #include "executor/checkpoint/safetensors.h"
 #include "executor/flat_unit.h"
 #include "executor/optimizer/adamw.h"
@@ -175,7 +177,7 @@ double MaxDifference(const fs::path& a, const fs::path& b) {
 TEST_F(ShardedGpuTest, TwoGpuFullShardEqualsOneGpu) {
   if (torch::cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
   const fs::path dir = fs::temp_directory_path() / ("llmplan_sharded_gpu_" + std::to_string(getpid()));
-  fs::remove_all(dir);
+  llmplan::gpu_test::RemoveTree(dir);
   // One GPU on both rows of every micro-batch.
   Plan one = testing::TestPlan("tiny-qwen2", 2, 2, 64);
   one.optimizer.lr = 1e-3;
@@ -190,7 +192,7 @@ TEST_F(ShardedGpuTest, TwoGpuFullShardEqualsOneGpu) {
   std::printf("2-GPU full_shard vs 1 GPU: %.3g; offloaded vs not: %.3g\n", sharded, offloaded);
   EXPECT_LT(sharded, 2e-5);
   EXPECT_LT(offloaded, 5e-6);
-  fs::remove_all(dir);
+  llmplan::gpu_test::RemoveTree(dir);
 }
 
 }  // namespace
