@@ -56,6 +56,7 @@ void MetricsLog::LogStep(const StepMetrics& m, const std::vector<double>& op_sec
                         {"lr", m.lr},
                         {"grad_norm", m.grad_norm},
                         {"tokens_per_s", m.tokens_per_s},
+                        {"tokens_per_s_per_gpu", m.tokens_per_s_per_gpu},
                         {"mfu", m.mfu},
                         {"hfu", m.hfu},
                         {"peak_allocated_bytes", m.peak_allocated_bytes},
@@ -76,9 +77,9 @@ void MetricsLog::LogStep(const StepMetrics& m, const std::vector<double>& op_sec
   }
   if (!progress_) return;
   char line[256];
-  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s  mfu %.1f%%  %.3fs",
+  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s/GPU  mfu %.1f%%  %.3fs",
                 static_cast<long long>(m.step + 1), static_cast<long long>(total_steps_), m.loss, m.lr, m.grad_norm,
-                m.tokens_per_s, 100.0 * m.mfu, m.step_s);
+                m.tokens_per_s_per_gpu, 100.0 * m.mfu, m.step_s);
   if (terminal_) {
     std::cout << "\r\033[K" << line << std::flush;  // rewrite one line in place
   } else {
@@ -92,6 +93,7 @@ void MetricsLog::Finish(const RunSummary& s) {
                       {"final_loss", s.final_loss},
                       {"losses", s.losses},
                       {"mean_tokens_per_s", s.mean_tokens_per_s},
+                      {"mean_tokens_per_s_per_gpu", s.mean_tokens_per_s_per_gpu},
                       {"mean_mfu", s.mean_mfu},
                       {"mean_hfu", s.mean_hfu},
                       {"peak_allocated_bytes", s.peak_allocated_bytes},
@@ -110,9 +112,9 @@ void MetricsLog::Finish(const RunSummary& s) {
   if (terminal_) std::cout << "\n";
   char line[320];
   std::snprintf(line, sizeof line,
-                "done: %lld steps in %.1fs  loss %.4f -> %.4f  %.0f tok/s  mfu %.1f%%  hfu %.1f%%  peak %.2f GiB "
+                "done: %lld steps in %.1fs  loss %.4f -> %.4f  %.0f tok/s/GPU  mfu %.1f%%  hfu %.1f%%  peak %.2f GiB "
                 "allocated / %.2f GiB reserved (%s)",
-                static_cast<long long>(s.steps), s.total_s, s.first_loss, s.final_loss, s.mean_tokens_per_s,
+                static_cast<long long>(s.steps), s.total_s, s.first_loss, s.final_loss, s.mean_tokens_per_s_per_gpu,
                 100.0 * s.mean_mfu, 100.0 * s.mean_hfu, s.peak_allocated_bytes / 1073741824.0,
                 s.peak_reserved_bytes / 1073741824.0, s.memory_source.c_str());
   std::cout << line << "\n";

@@ -33,7 +33,9 @@ namespace llmplan::executor {
 struct StepMetrics {
   int64_t step = 0;  // 0-based optimizer step
   double loss = 0, lr = 0, grad_norm = 0;
-  double tokens_per_s = 0, mfu = 0, hfu = 0;
+  double tokens_per_s = 0;          // the whole job: all ranks' tokens per second
+  double tokens_per_s_per_gpu = 0;  // per rank; MFU and HFU are per GPU too
+  double mfu = 0, hfu = 0;
   int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;
   std::string memory_source;  // "cuda_caching_allocator" or "process_peak_rss"
   double data_s = 0, forward_s = 0, recompute_s = 0, backward_s = 0, optimizer_s = 0, comm_s = 0;
@@ -45,7 +47,8 @@ struct RunSummary {
   int64_t steps = 0;
   double first_loss = 0, final_loss = 0;
   std::vector<double> losses;  // per step
-  double mean_tokens_per_s = 0;  // over steps after the first (warm-up excluded when possible)
+  double mean_tokens_per_s = 0;  // over steps after the first (warm-up excluded when possible); whole job
+  double mean_tokens_per_s_per_gpu = 0;
   double mean_mfu = 0, mean_hfu = 0;
   int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;
   std::string memory_source;

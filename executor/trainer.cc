@@ -25,6 +25,10 @@
 #include "planner/step_program.h"
 #include "planner/user_error.h"
 
+#ifdef LLMPLAN_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 namespace llmplan::executor {
 
 namespace {
@@ -137,6 +141,13 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
                     " process(es) were started (" + env.source + "): start one process per GPU of the plan, or make "
                     "the plan with llmplan estimate --gpus " + std::to_string(env.world_size));
   const at::Device device = ParseDevice(config.device, env);
+#ifdef LLMPLAN_WITH_CUDA
+  // Make this rank's GPU the thread's current device before any CUDA work
+  // (NCCL init, streams, events, kernels): code that takes "the current
+  // stream" without a device index otherwise runs on cuda:0 on every rank,
+  // e.g. rank 1 launching its AdamW kernel and timing events on GPU 0.
+  if (device.is_cuda()) c10::cuda::set_device(device.index());
+#endif
   const bool rank0 = env.rank == 0;
   ProcessGroups groups;
   std::unique_ptr<CollectiveWatchdog> watchdog;
@@ -167,7 +178,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   summary.device = device.str();
   summary.torch_version = compat::TorchVersion();
   summary.attention_backend = ProbeAttentionBackend(plan, device);
-  double timed_tokens_per_s = 0, timed_mfu = 0, timed_hfu = 0;
+  double timed_tokens_per_s = 0, timed_tokens_per_s_per_gpu = 0, timed_mfu = 0, timed_hfu = 0;
   int64_t timed_steps = 0;
 
   // --- the loop ---
@@ -190,8 +201,10 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     m.lr = r.lr;
     m.grad_norm = r.grad_norm;
     m.tokens_per_s = static_cast<double>(plan.TokensPerStep()) / step_s;
-    m.mfu = peak_flops > 0 ? m.tokens_per_s * model_flops / peak_flops : 0;
-    m.hfu = peak_flops > 0 ? m.tokens_per_s * hardware_flops / peak_flops : 0;
+    // MFU is per GPU: this rank's tokens against one device's peak.
+    m.tokens_per_s_per_gpu = m.tokens_per_s / plan.gpus;
+    m.mfu = peak_flops > 0 ? m.tokens_per_s_per_gpu * model_flops / peak_flops : 0;
+    m.hfu = peak_flops > 0 ? m.tokens_per_s_per_gpu * hardware_flops / peak_flops : 0;
     const compat::MemoryPeaks peaks = compat::ReadMemoryPeaks(device, ProcessPeakRssBytes());
     m.peak_allocated_bytes = peaks.allocated;
     m.peak_reserved_bytes = peaks.reserved;
@@ -214,6 +227,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     // out of the throughput means whenever there is another step.
     if (s > 0 || config.steps == 1) {
       timed_tokens_per_s += m.tokens_per_s;
+      timed_tokens_per_s_per_gpu += m.tokens_per_s_per_gpu;
       timed_mfu += m.mfu;
       timed_hfu += m.hfu;
       ++timed_steps;
@@ -224,6 +238,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   summary.first_loss = summary.losses.front();
   summary.final_loss = summary.losses.back();
   summary.mean_tokens_per_s = timed_tokens_per_s / static_cast<double>(timed_steps);
+  summary.mean_tokens_per_s_per_gpu = timed_tokens_per_s_per_gpu / static_cast<double>(timed_steps);
   summary.mean_mfu = timed_mfu / static_cast<double>(timed_steps);
   summary.mean_hfu = timed_hfu / static_cast<double>(timed_steps);
   // --- the trained model, whole, under Hugging Face names ---

@@ -191,7 +191,8 @@ TEST(TrainerTest, LossFallsAndMetricsAreWritten) {
   while (std::getline(metrics, line)) {
     auto j = nlohmann::json::parse(line);
     EXPECT_EQ(j["step"].get<int64_t>(), lines);
-    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "hfu", "peak_allocated_bytes",
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu",
+                            "peak_allocated_bytes",
                             "peak_reserved_bytes", "forward_s", "backward_s", "optimizer_s", "data_s", "step_s"})
       EXPECT_TRUE(j.contains(key)) << key;
     EXPECT_EQ(j["memory_source"], "process_peak_rss");

@@ -60,7 +60,7 @@ import json, os, sys
 out = sys.argv[1]
 rows = []
 s = json.load(open(os.path.join(out, "llmplan_run", "summary.json")))
-rows.append(("llmplan", s["mean_tokens_per_s"], s["mean_mfu"], s["peak_allocated_bytes"], s["peak_reserved_bytes"]))
+rows.append(("llmplan", s["mean_tokens_per_s_per_gpu"], s["mean_mfu"], s["peak_allocated_bytes"], s["peak_reserved_bytes"]))
 for mode in ("eager", "compiled"):
     path = os.path.join(out, f"fsdp2_{mode}.json")
     if os.path.exists(path):

@@ -20,7 +20,7 @@ summary() {  # $1: run dir, $2: label
   python3 - "$1" "$2" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1] + "/summary.json"))
-print(f"{sys.argv[2]}: {s['mean_tokens_per_s']:,.0f} tokens/s, MFU {100*s['mean_mfu']:.1f}%, "
+print(f"{sys.argv[2]}: {s['mean_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, MFU {100*s['mean_mfu']:.1f}%, "
       f"peak {s['peak_allocated_bytes']/2**30:.2f} / {s['peak_reserved_bytes']/2**30:.2f} GiB, "
       f"loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}")
 PY
