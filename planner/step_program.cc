@@ -156,6 +156,9 @@ class ProgramBuilder {
       host.master_params = 4 * shard;
       host.optimizer_state = 8 * shard;
       host.grad_staging = 4 * shard;
+      // The CPU step writes the new bf16 shard into pinned memory so the copy
+      // up is an asynchronous DMA (the executor's CpuAdamW path does this).
+      host.param_staging = ParamBytes() * shard;
     } else if (o == Offload::kParams) {
       // fp32 master on the host, streamed in for the GPU optimizer step; the bf16
       // shard stays for the gathers.

@@ -122,7 +122,8 @@ struct HostMemory {
   double master_params = 0;  // pinned fp32 master weights (offload params)
   double optimizer_state = 0;  // pinned AdamW state (offload optimizer)
   double grad_staging = 0;   // pinned fp32 gradient shards copied down for the CPU step
-  double Total() const { return master_params + optimizer_state + grad_staging; }
+  double param_staging = 0;  // pinned compute-dtype copy of the updated shard, copied up after the CPU step
+  double Total() const { return master_params + optimizer_state + grad_staging + param_staging; }
 };
 
 struct StepProgram {

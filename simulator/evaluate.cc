@@ -30,7 +30,8 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
   m.capacity_bytes = profile.memory_bytes * profile.usable_fraction;
   m.host_breakdown = {{"master_params", program.host.master_params},
                       {"optimizer_state", program.host.optimizer_state},
-                      {"grad_staging", program.host.grad_staging}};
+                      {"grad_staging", program.host.grad_staging},
+                      {"param_staging", program.host.param_staging}};
   m.host_bytes = program.host.Total();
   m.host_capacity_bytes = profile.host_memory_bytes;
 

@@ -103,8 +103,9 @@ TEST(MemoryModelTest, OffloadVariants) {
     EXPECT_DOUBLE_EQ(p.host.master_params, 4 * shard);
     EXPECT_DOUBLE_EQ(p.host.optimizer_state, 8 * shard);
     EXPECT_DOUBLE_EQ(p.host.grad_staging, 4 * shard);
-    EXPECT_DOUBLE_EQ(p.host.Total(), 16 * shard);  // 16,060,522,496
-    EXPECT_DOUBLE_EQ(p.host.Total(), 16'060'522'496.0);
+    EXPECT_DOUBLE_EQ(p.host.param_staging, 2 * shard);  // bf16 copy of the updated shard
+    EXPECT_DOUBLE_EQ(p.host.Total(), 18 * shard);  // 18,068,087,808
+    EXPECT_DOUBLE_EQ(p.host.Total(), 18'068'087'808.0);
   }
   {
     StepProgram p = BuildStepProgram(MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard, 0, Offload::kParams), h100);
@@ -250,8 +251,8 @@ TEST(MemoryModelTest, BreakdownSumsToDevicePeakAndReservedAddsFragmentation) {
 TEST(MemoryModelTest, HostBytesForOffloadOptimizerEstimate) {
   auto h100 = Profile("h100-sxm-80g");
   Estimate e = EvaluatePlan(MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard, 0, Offload::kOptimizer), h100);
-  // master 4 + AdamW m,v 8 + gradient staging 4 = 16 bytes per sharded parameter.
-  EXPECT_DOUBLE_EQ(e.memory.host_bytes, 16 * 8'030'261'248.0 / 8);
+  // master 4 + AdamW m,v 8 + gradient staging 4 + bf16 parameter staging 2 = 18 bytes per sharded parameter.
+  EXPECT_DOUBLE_EQ(e.memory.host_bytes, 18 * 8'030'261'248.0 / 8);
 }
 
 }  // namespace
