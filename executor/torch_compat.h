@@ -213,7 +213,7 @@ class OpTimer {
     Grow(slot);
 #ifdef LLMPLAN_WITH_CUDA
     if (device_.is_cuda()) {
-      start_events_[slot].record(at::cuda::getCurrentCUDAStream());
+      start_events_[slot].record(at::cuda::getCurrentCUDAStream(device_.index()));
       return;
     }
 #endif
@@ -222,7 +222,7 @@ class OpTimer {
   void Stop(int slot) {
 #ifdef LLMPLAN_WITH_CUDA
     if (device_.is_cuda()) {
-      stop_events_[slot].record(at::cuda::getCurrentCUDAStream());
+      stop_events_[slot].record(at::cuda::getCurrentCUDAStream(device_.index()));
       used_[slot] = true;
       return;
     }

@@ -119,7 +119,7 @@ struct StepInterpreter::CopyStreams {
     if (device.is_cuda()) {
       c10::cuda::CUDAStream stream = kind == StreamKind::kDeviceToHost ? *to_host : *to_device;
       at::cuda::CUDAEvent ready;
-      ready.record(at::cuda::getCurrentCUDAStream());
+      ready.record(at::cuda::getCurrentCUDAStream(device.index()));
       ready.block(stream);
       {
         c10::cuda::CUDAStreamGuard guard(stream);
@@ -148,14 +148,14 @@ struct StepInterpreter::CopyStreams {
   void DeviceWait(int op_id) {
 #ifdef LLMPLAN_WITH_CUDA
     auto it = events.find(op_id);
-    if (it != events.end()) it->second->block(at::cuda::getCurrentCUDAStream());
+    if (it != events.end()) it->second->block(at::cuda::getCurrentCUDAStream(device.index()));
 #else
     (void)op_id;
 #endif
   }
   void DeviceWaitAll() {
 #ifdef LLMPLAN_WITH_CUDA
-    for (auto& [id, event] : events) event->block(at::cuda::getCurrentCUDAStream());
+    for (auto& [id, event] : events) event->block(at::cuda::getCurrentCUDAStream(device.index()));
     events.clear();
 #endif
   }
@@ -355,7 +355,10 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   copies_->DeviceWaitAll();  // the next step's gathers read the compute shards copied up
   if (comms_.world != nullptr && comms_.world->size() > 1) {
     // The reported loss is the mean over every rank's tokens (equal counts).
-    comms_.world->AllReduce(loss_sum_, "all-reduce step loss")->Wait();
+    // Watched: the host blocks on it in Collect() / .item() below.
+    std::shared_ptr<CollectiveWork> work = comms_.world->AllReduce(loss_sum_, "all-reduce step loss");
+    if (comms_.watchdog != nullptr) comms_.watchdog->Watch(work, "all-reduce step loss", comms_.world->name());
+    work->Wait();
     loss_sum_.div_(static_cast<double>(comms_.world->size()));
   }
   optimizer_.FinishStep();
@@ -494,7 +497,11 @@ void StepInterpreter::GradNorm() {
   if (comms_.shard != nullptr && comms_.shard->size() > 1) {
     // Each shard once: replicas hold identical shards (see the header).
     sum_sq = sum_sq.reshape({1}).contiguous();
-    comms_.shard->AllReduce(sum_sq, "all-reduce grad norm")->Wait();
+    // Watched like every other collective: the host blocks in .item() below,
+    // so a hang here must not be silent.
+    std::shared_ptr<CollectiveWork> work = comms_.shard->AllReduce(sum_sq, "all-reduce grad norm");
+    if (comms_.watchdog != nullptr) comms_.watchdog->Watch(work, "all-reduce grad norm", comms_.shard->name());
+    work->Wait();
   }
   grad_norm_ = std::sqrt(sum_sq.sum().item<double>());
   optimizer_.ClipToNorm(grads, grad_norm_);

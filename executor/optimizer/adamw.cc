@@ -7,6 +7,10 @@
 #include "executor/optimizer/cpu_adamw.h"
 #include "executor/torch_compat.h"
 
+#ifdef LLMPLAN_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
 namespace llmplan::executor {
 
 double LearningRateAt(const OptimizerConfig& c, int64_t step) {
@@ -91,10 +95,14 @@ void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const a
                                             (compute_copy.scalar_type() == at::kBFloat16 ||
                                              compute_copy.scalar_type() == at::kFloat)),
                 "AdamW::Update: the compute copy must be a contiguous bf16/fp32 tensor of ", m.numel(), " elements");
+    // On the master's GPU and its current stream, whatever device is current
+    // on this thread (the default stream's handle is null: a launch on it goes
+    // to the current device).
+    const c10::cuda::CUDAGuard guard(master.device());
     LaunchFusedAdamW(master.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
                      compute_copy.defined() ? compute_copy.data_ptr() : nullptr,
                      compute_copy.defined() && compute_copy.scalar_type() == at::kBFloat16, master.numel(), s,
-                     at::cuda::getCurrentCUDAStream().stream());
+                     at::cuda::getCurrentCUDAStream(master.device().index()).stream());
     return;
   }
 #endif
