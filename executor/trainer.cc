@@ -178,7 +178,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   summary.device = device.str();
   summary.torch_version = compat::TorchVersion();
   summary.attention_backend = ProbeAttentionBackend(plan, device);
-  double timed_tokens_per_s = 0, timed_mfu = 0, timed_hfu = 0;
+  double timed_tokens_per_s = 0, timed_tokens_per_s_per_gpu = 0, timed_mfu = 0, timed_hfu = 0;
   int64_t timed_steps = 0;
 
   // --- the loop ---
@@ -201,8 +201,10 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     m.lr = r.lr;
     m.grad_norm = r.grad_norm;
     m.tokens_per_s = static_cast<double>(plan.TokensPerStep()) / step_s;
-    m.mfu = peak_flops > 0 ? m.tokens_per_s * model_flops / peak_flops : 0;
-    m.hfu = peak_flops > 0 ? m.tokens_per_s * hardware_flops / peak_flops : 0;
+    // MFU is per GPU: this rank's tokens against one device's peak.
+    m.tokens_per_s_per_gpu = m.tokens_per_s / plan.gpus;
+    m.mfu = peak_flops > 0 ? m.tokens_per_s_per_gpu * model_flops / peak_flops : 0;
+    m.hfu = peak_flops > 0 ? m.tokens_per_s_per_gpu * hardware_flops / peak_flops : 0;
     const compat::MemoryPeaks peaks = compat::ReadMemoryPeaks(device, ProcessPeakRssBytes());
     m.peak_allocated_bytes = peaks.allocated;
     m.peak_reserved_bytes = peaks.reserved;
@@ -225,6 +227,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     // out of the throughput means whenever there is another step.
     if (s > 0 || config.steps == 1) {
       timed_tokens_per_s += m.tokens_per_s;
+      timed_tokens_per_s_per_gpu += m.tokens_per_s_per_gpu;
       timed_mfu += m.mfu;
       timed_hfu += m.hfu;
       ++timed_steps;
@@ -235,6 +238,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   summary.first_loss = summary.losses.front();
   summary.final_loss = summary.losses.back();
   summary.mean_tokens_per_s = timed_tokens_per_s / static_cast<double>(timed_steps);
+  summary.mean_tokens_per_s_per_gpu = timed_tokens_per_s_per_gpu / static_cast<double>(timed_steps);
   summary.mean_mfu = timed_mfu / static_cast<double>(timed_steps);
   summary.mean_hfu = timed_hfu / static_cast<double>(timed_steps);
   // --- the trained model, whole, under Hugging Face names ---
