@@ -10,6 +10,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "tests/executor/cli_runner.h"
 #include <nlohmann/json.hpp>
 
 #include "planner/plan.h"
@@ -17,23 +19,8 @@
 namespace llmplan {
 namespace {
 
-struct CommandResult {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-CommandResult RunLlmplan(const std::string& args) {
-  CommandResult result;
-  const std::string command = std::string(LLMPLAN_BINARY) + " " + args + " 2>&1";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int raw = ::pclose(pipe);
-  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return result;
-}
+using executor_test::CommandResult;
+using executor_test::RunLlmplan;
 
 class RunCommandTest : public ::testing::Test {
  protected:

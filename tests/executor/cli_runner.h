@@ -1,0 +1,31 @@
+// RunLlmplan: runs the built llmplan binary (LLMPLAN_BINARY) with `args` and
+// returns its exit status and its stdout and stderr together, for executor
+// tests that check the CLI end to end.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace llmplan::executor_test {
+
+struct CommandResult {
+  int status = -1;     // exit status; -1 if it did not exit normally
+  std::string output;  // stdout and stderr
+};
+
+inline CommandResult RunLlmplan(const std::string& args) {
+  CommandResult result;
+  const std::string command = std::string(LLMPLAN_BINARY) + " " + args + " 2>&1";
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int raw = ::pclose(pipe);
+  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return result;
+}
+
+}  // namespace llmplan::executor_test
