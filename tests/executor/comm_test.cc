@@ -31,10 +31,17 @@
 #include "executor/comm/distributed_env.h"
 #include "executor/comm/gloo_communicator.h"
 #include "executor/comm/process_groups.h"
+#include "executor/launcher/launcher.h"
 #include "planner/user_error.h"
+#include "tests/executor/rank_processes.h"
 
 namespace llmplan::executor {
 namespace {
+
+using executor_test::RankExit;
+using executor_test::ReadText;
+using executor_test::SpawnRankProcess;
+using executor_test::WaitRankProcess;
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -42,18 +49,6 @@ using std::chrono::seconds;
 // ---------------------------------------------------------------------------
 // Harness: ranks as child processes
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;  // the kernel picks a free port
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  socklen_t length = sizeof(address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
 struct RankProcess {
   int rank = 0;
@@ -68,17 +63,11 @@ struct RankOutcome {
   std::string log;
 };
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // Starts ranks `ranks` of a `world`-rank job running `scenario`.
 std::vector<RankProcess> SpawnRanks(const std::string& scenario, int world, const std::vector<int>& ranks,
                                     const std::map<std::string, std::string>& extra_env = {}) {
-  const int port = FreePort();
+  const int port = PickFreePort();
   char dir_template[] = "/tmp/llmplan_comm_test_XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   std::vector<RankProcess> processes;
@@ -86,22 +75,9 @@ std::vector<RankProcess> SpawnRanks(const std::string& scenario, int world, cons
     RankProcess process;
     process.rank = rank;
     process.log_path = dir + "/rank" + std::to_string(rank) + ".log";
-    const pid_t pid = fork();
-    if (pid == 0) {
-      const int log = open(process.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(log, STDOUT_FILENO);
-      dup2(log, STDERR_FILENO);
-      setenv("LLMPLAN_COMM_CHILD", scenario.c_str(), 1);
-      setenv("RANK", std::to_string(rank).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      for (const auto& [name, value] : extra_env) setenv(name.c_str(), value.c_str(), 1);
-      execl("/proc/self/exe", "/proc/self/exe", "--gtest_filter=CommChild.Run", static_cast<char*>(nullptr));
-      _exit(127);
-    }
+    std::map<std::string, std::string> env = extra_env;
+    env["LLMPLAN_COMM_CHILD"] = scenario;
+    const pid_t pid = SpawnRankProcess("CommChild.Run", rank, world, port, process.log_path, env);
     process.pid = pid;
     processes.push_back(process);
   }
@@ -109,22 +85,12 @@ std::vector<RankProcess> SpawnRanks(const std::string& scenario, int world, cons
 }
 
 RankOutcome WaitRank(const RankProcess& process, std::chrono::steady_clock::time_point start, milliseconds limit) {
+  const RankExit exit = WaitRankProcess(process.pid, start, limit);
   RankOutcome outcome;
-  int status = 0;
-  while (true) {
-    const pid_t done = waitpid(process.pid, &status, WNOHANG);
-    if (done == process.pid) break;
-    if (std::chrono::steady_clock::now() - start > limit) {
-      kill(process.pid, SIGKILL);
-      waitpid(process.pid, &status, 0);
-      outcome.timed_out = true;
-      break;
-    }
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  outcome.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  outcome.log = ReadFile(process.log_path);
+  outcome.exit_status = exit.exit_status;
+  outcome.timed_out = exit.timed_out;
+  outcome.seconds = exit.seconds;
+  outcome.log = ReadText(process.log_path);
   return outcome;
 }
 
@@ -363,7 +329,7 @@ TEST(CollectiveWatchdog, MissingPeerEndsTheProcessWithOneLine) {
 
 TEST(ProcessGroups, WorldOfOneHasRealSizeOneGroups) {
   DistributedEnv env;
-  env.master_port = FreePort();
+  env.master_port = PickFreePort();
   ProcessGroups groups = ConnectProcessGroups(env, 1, /*use_nccl=*/false, at::kCPU, seconds(10));
   for (Communicator* c : groups.All()) {
     EXPECT_EQ(c->size(), 1);
@@ -389,7 +355,7 @@ TEST(ProcessGroups, ShardGroupSizeMustDivideWorld) {
 TEST(ProcessGroups, MissingPeersFailRendezvousNamingTheAddress) {
   DistributedEnv env;
   env.world_size = 2;
-  env.master_port = FreePort();
+  env.master_port = PickFreePort();
   const std::string where = "127.0.0.1:" + std::to_string(env.master_port);
   // Rank 0 alone: serves the store, rank 1 never comes.
   try {
@@ -401,7 +367,7 @@ TEST(ProcessGroups, MissingPeersFailRendezvousNamingTheAddress) {
   }
   // Rank 1 alone: nobody serves the store.
   env.rank = 1;
-  env.master_port = FreePort();
+  env.master_port = PickFreePort();
   const std::string where1 = "127.0.0.1:" + std::to_string(env.master_port);
   try {
     ConnectProcessGroups(env, 2, false, at::kCPU, milliseconds(1500));

@@ -41,10 +41,17 @@
 #include "executor/checkpoint/safetensors.h"
 #include "executor/trainer.h"
 #include "planner/user_error.h"
+#include "executor/launcher/launcher.h"
 #include "tests/executor/core_test_support.h"
+#include "tests/executor/rank_processes.h"
 
 namespace llmplan::executor {
 namespace {
+
+using executor_test::RankExit;
+using executor_test::ReadText;
+using executor_test::SpawnRankProcess;
+using executor_test::WaitRankProcess;
 
 namespace fs = std::filesystem;
 
@@ -144,67 +151,24 @@ TrainConfig Config(const Plan& plan, const std::string& run_dir) {
 // ---------------------------------------------------------------------------
 // Ranks as child processes
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  socklen_t length = sizeof(address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // Runs `job` on job.world ranks writing to `run_dir`; every rank must exit 0.
 void RunRanks(const Job& job, const fs::path& run_dir) {
-  const int port = FreePort();
+  const int port = PickFreePort();
+  auto log_path = [&](int rank) { return (run_dir.parent_path() / ("rank" + std::to_string(rank) + ".log")).string(); };
+  const std::map<std::string, std::string> env = {{"LLMPLAN_SHARD_CHILD", job.Encode()},
+                                                  {"LLMPLAN_SHARD_RUN_DIR", run_dir.string()},
+                                                  {"OMP_NUM_THREADS", "1"}};  // ranks share two cores
   std::vector<pid_t> pids;
-  for (int rank = 0; rank < job.world; ++rank) {
-    const std::string log = (run_dir.parent_path() / ("rank" + std::to_string(rank) + ".log")).string();
-    const pid_t pid = fork();
-    if (pid == 0) {
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-      setenv("LLMPLAN_SHARD_CHILD", job.Encode().c_str(), 1);
-      setenv("LLMPLAN_SHARD_RUN_DIR", run_dir.c_str(), 1);
-      setenv("RANK", std::to_string(rank).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(job.world).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(job.world).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      setenv("OMP_NUM_THREADS", "1", 1);  // ranks share two cores
-      execl("/proc/self/exe", "/proc/self/exe", "--gtest_filter=ShardedChild.Run", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    pids.push_back(pid);
-  }
+  for (int rank = 0; rank < job.world; ++rank)
+    pids.push_back(SpawnRankProcess("ShardedChild.Run", rank, job.world, port, log_path(rank), env));
   const auto start = std::chrono::steady_clock::now();
   for (int rank = 0; rank < job.world; ++rank) {
-    int status = 0;
-    bool killed = false;
-    while (waitpid(pids[rank], &status, WNOHANG) != pids[rank]) {
-      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(60)) {
-        for (pid_t p : pids) kill(p, SIGKILL);
-        waitpid(pids[rank], &status, 0);
-        killed = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    const std::string log = ReadText(run_dir.parent_path() / ("rank" + std::to_string(rank) + ".log"));
-    EXPECT_FALSE(killed) << "rank " << rank << " timed out:\n" << log;
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << rank << " failed:\n" << log;
+    const RankExit exit = WaitRankProcess(pids[rank], start, std::chrono::seconds(60));
+    const std::string log = ReadText(log_path(rank));
+    EXPECT_FALSE(exit.timed_out) << "rank " << rank << " timed out:\n" << log;
+    EXPECT_EQ(exit.exit_status, 0) << "rank " << rank << " failed:\n" << log;
   }
 }
 
