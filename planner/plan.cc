@@ -77,6 +77,7 @@ void Plan::Validate() const {
   auto fail = [](const std::string& m) { throw UserError("plan: " + m); };
   if (gpus < 1 || gpus > (1 << 20)) fail("gpus must be between 1 and 1048576");
   if (gpus_per_node < 1) fail("gpus_per_node must be at least 1");
+  if (!(host_memory_per_node_bytes >= 0)) fail("host_memory_per_node_bytes must be 0 (the profile's) or positive");
   if (shard_group_size < 1 || gpus % shard_group_size != 0)
     fail("shard_group_size (" + std::to_string(shard_group_size) + ") must divide gpus (" + std::to_string(gpus) + ")");
   if (strategy == ShardingStrategy::kHybridShard && (shard_group_size == 1 || shard_group_size == gpus) && gpus > 1)
@@ -163,6 +164,7 @@ nlohmann::json PlanToJson(const Plan& p) {
           {"gpus", p.gpus},
           {"gpus_per_node", p.gpus_per_node},
           {"shard_group_size", p.shard_group_size},
+          {"host_memory_per_node_bytes", p.host_memory_per_node_bytes},
           {"seq_len", p.seq_len},
           {"micro_batch", p.micro_batch},
           {"grad_accum", p.grad_accum},
@@ -200,6 +202,7 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
   p.gpus = static_cast<int>(r.Integer("gpus", 1, 1 << 20));
   p.gpus_per_node = static_cast<int>(r.Integer("gpus_per_node", 1, 1024, 8));
   p.shard_group_size = static_cast<int>(r.Integer("shard_group_size", 1, 1 << 20, 0));
+  p.host_memory_per_node_bytes = r.NumberIn("host_memory_per_node_bytes", 0, 1e18, 0);
   p.seq_len = r.Integer("seq_len", 1, int64_t{1} << 22);
   p.micro_batch = r.Integer("micro_batch", 1, 65536);
   p.grad_accum = r.Integer("grad_accum", 1, 65536, 1);

@@ -61,6 +61,11 @@ struct Plan {
   int gpus = 1;              // world size
   int gpus_per_node = 8;     // from the profile unless overridden
   int shard_group_size = 1;  // GPUs that share one copy of the state (= gpus for full_shard)
+  // Host memory this job may pin on each node, in bytes; 0: the profile's
+  // per-GPU figure for every GPU of the job on the node. Set it when the job
+  // has a node to itself that is bigger than the profile says, e.g. one GPU
+  // of a 2-GPU, 256 GiB host offloading an 8B model's optimizer.
+  double host_memory_per_node_bytes = 0;
 
   // --- batch ---
   int64_t seq_len = 4096;
@@ -88,6 +93,9 @@ struct Plan {
   bool IsCheckpointed(int layer) const;
   // Number of data-parallel replicas of the model state: gpus / shard_group_size.
   int ReplicaGroups() const { return gpus / shard_group_size; }
+
+  // GPUs of this job on one node: min(gpus, gpus_per_node).
+  int GpusOnNode() const { return gpus < gpus_per_node ? gpus : gpus_per_node; }
 
   // REQUIRES: model is valid. Throws UserError naming the inconsistent field
   // (e.g. gpus not divisible by shard_group_size, a layer index out of range).

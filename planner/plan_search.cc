@@ -141,6 +141,7 @@ class Searcher {
     plan.profile = req_.profile;
     plan.gpus = gpus;
     plan.gpus_per_node = req_.gpus_per_node > 0 ? req_.gpus_per_node : profile_.gpus_per_node;
+    plan.host_memory_per_node_bytes = req_.host_memory_per_node_bytes;
     plan.seq_len = req_.seq_len;
     plan.optimizer = req_.optimizer;
     plan.prefetch_depth = req_.prefetch_depth;
@@ -148,7 +149,8 @@ class Searcher {
     return plan;
   }
 
-  std::vector<Choice> Choices(int gpus) const {
+  // `param_offload`: also the offloads that move parameters to the host.
+  std::vector<Choice> Choices(int gpus, bool param_offload) const {
     std::vector<std::pair<ShardingStrategy, int>> strategies;
     auto add_strategy = [&](ShardingStrategy s) {
       if (s == ShardingStrategy::kHybridShard) {
@@ -207,7 +209,8 @@ class Searcher {
     }
     std::vector<Offload> offloads;
     if (req_.offload) offloads = {*req_.offload};
-    else offloads = {Offload::kNone, Offload::kOptimizer, Offload::kParams, Offload::kOptimizerAndParams};
+    else if (param_offload) offloads = {Offload::kParams, Offload::kOptimizerAndParams};
+    else offloads = {Offload::kNone, Offload::kOptimizer};
 
     std::vector<Choice> out;
     for (auto [s, g] : strategies)
@@ -276,9 +279,25 @@ class Searcher {
     std::vector<Estimate> feasible, infeasible;
   };
 
+  // Parameter offload (params, optimizer+params) is searched only when
+  // nothing else fits at this count, or when pinned: `llmplan run` does not
+  // execute it yet, and where optimizer offload fits, streaming parameters
+  // through the host link as well seldom pays (the search found them within
+  // 0.5% of it at best, e.g. Llama-3-8B on one H200).
   AtCount SearchAt(int gpus) {
+    AtCount out = SearchChoices(gpus, /*param_offload=*/false);
+    if (out.feasible.empty() && !req_.offload) {
+      AtCount more = SearchChoices(gpus, /*param_offload=*/true);
+      out.feasible = std::move(more.feasible);
+      for (auto& e : more.infeasible) out.infeasible.push_back(std::move(e));
+      SortInfeasible(out);
+    }
+    return out;
+  }
+
+  AtCount SearchChoices(int gpus, bool param_offload) {
     AtCount out;
-    for (const Choice& c : Choices(gpus)) {
+    for (const Choice& c : Choices(gpus, param_offload)) {
       Plan plan = BasePlan(gpus);
       plan.strategy = c.strategy;
       plan.shard_group_size = c.group;
@@ -297,10 +316,14 @@ class Searcher {
       return a.memory.device_peak_bytes < b.memory.device_peak_bytes;
     };
     std::sort(out.feasible.begin(), out.feasible.end(), faster);
+    SortInfeasible(out);
+    return out;
+  }
+
+  static void SortInfeasible(AtCount& out) {
     std::sort(out.infeasible.begin(), out.infeasible.end(), [](const Estimate& a, const Estimate& b) {
       return a.memory.device_peak_bytes - a.memory.capacity_bytes < b.memory.device_peak_bytes - b.memory.capacity_bytes;
     });
-    return out;
   }
 
  private:

@@ -29,6 +29,7 @@ struct SearchRequest {
   int gpus = 8;         // 0: find the fewest that fit (--gpus auto)
   int max_gpus = 16384;  // upper bound for --gpus auto
   int gpus_per_node = 0;  // 0: the profile's
+  double host_memory_per_node_bytes = 0;  // 0: the profile's per GPU (Plan::host_memory_per_node_bytes)
   int64_t seq_len = 4096;
   // Sequences per optimizer step over all GPUs; 0: free (grad_accum 1, the
   // micro-batch with the most throughput).

@@ -4,6 +4,11 @@
 
 namespace llmplan {
 
+double HostCapacityPerGpu(const Plan& plan, const HardwareProfile& profile) {
+  if (plan.host_memory_per_node_bytes > 0) return plan.host_memory_per_node_bytes / plan.GpusOnNode();
+  return profile.host_memory_bytes;
+}
+
 Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile, const StepProgram& program,
                                 const SimulationResult& sim) {
   Estimate e;
@@ -33,7 +38,7 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
                       {"grad_staging", program.host.grad_staging},
                       {"param_staging", program.host.param_staging}};
   m.host_bytes = program.host.Total();
-  m.host_capacity_bytes = profile.host_memory_bytes;
+  m.host_capacity_bytes = HostCapacityPerGpu(plan, profile);
 
   e.fits = true;
   if (m.device_peak_bytes > m.capacity_bytes) {

@@ -20,6 +20,10 @@ struct Evaluation {
 Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile, bool record_timeline = false);
 Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile);
 
+// Pinned host memory one GPU's process may use: the plan's per-node figure
+// shared by the job's GPUs on the node, else the profile's per-GPU figure.
+double HostCapacityPerGpu(const Plan& plan, const HardwareProfile& profile);
+
 // The Estimate of an already simulated program (used by EvaluatePlan).
 Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile, const StepProgram& program,
                                 const SimulationResult& sim);

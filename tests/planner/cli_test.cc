@@ -178,6 +178,10 @@ TEST(CliTest, BadCommandLinesExitTwoWithOneLine) {
            m + "--offload foo",
            m + "--gpus 8 --shard-group 3",
            m + "--prefetch 100",
+           m + "--host-memory -5",
+           m + "--host-memory lots",
+           std::string("estimate --model llama3-8b --gpus 1 --gpu h200-sxm --strategy no_shard --offload optimizer "
+                       "--micro-batch 1 --host-memory 100"),  // the host, not the GPU, is short
            m + "--loss-chunk 0",
            m + "--lr 1e308",
            m + "--no-such-flag",

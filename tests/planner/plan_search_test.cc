@@ -322,5 +322,54 @@ TEST(PlanSearchTest, PinsThatExcludeEveryPlanSaySo) {
   EXPECT_EQ(s.result.why_none.find("global batch"), std::string::npos) << s.result.why_none;
 }
 
+TEST(PlanSearchTest, HostMemoryPerNodeIsSharedByTheJobsGpusOnTheNode) {
+  // Llama-3-8B on one H200 with the optimizer offloaded pins 18 B/param
+  // (master 4, AdamW 8, gradient staging 4, bf16 staging 2) = 134.6 GiB: more
+  // than the profile's 128 GiB per GPU, within a 240 GiB node the job has alone.
+  auto req = Request("llama3-8b", "h200-sxm", 1, 4096, 4);
+  req.strategy = ShardingStrategy::kNoShard;
+  req.offload = Offload::kOptimizer;
+  req.checkpoint_layers = std::vector<int>{};
+  req.micro_batch = 1;
+  Searched by_profile = Search(req);
+  EXPECT_FALSE(by_profile.result.found);
+  EXPECT_DOUBLE_EQ(by_profile.result.best.memory.host_capacity_bytes, by_profile.profile.host_memory_bytes);
+  EXPECT_NE(by_profile.result.why_none.find("host memory"), std::string::npos) << by_profile.result.why_none;
+
+  req.host_memory_per_node_bytes = 240.0 * (1 << 30);
+  Searched whole_node = Search(req);
+  ASSERT_TRUE(whole_node.result.found) << whole_node.result.why_none;
+  EXPECT_DOUBLE_EQ(whole_node.result.best.memory.host_capacity_bytes, 240.0 * (1 << 30));
+  EXPECT_NEAR(whole_node.result.best.memory.host_bytes, 18.0 * 8'030'261'248, 1e6);
+  EXPECT_EQ(whole_node.result.best.plan.host_memory_per_node_bytes, 240.0 * (1 << 30));  // recorded in the plan
+  ExpectEqualsEvaluatePlan(whole_node);
+
+  // Two GPUs of the job on that node share it.
+  Plan two = whole_node.result.best.plan;
+  two.gpus = 2;
+  two.gpus_per_node = 8;
+  EXPECT_DOUBLE_EQ(HostCapacityPerGpu(two, whole_node.profile), 120.0 * (1 << 30));
+  two.gpus = 16;  // 8 per node
+  EXPECT_DOUBLE_EQ(HostCapacityPerGpu(two, whole_node.profile), 30.0 * (1 << 30));
+}
+
+TEST(PlanSearchTest, ParameterOffloadOnlyWhenNothingElseFits) {
+  // Where optimizer offload (or none) fits, the search does not return a plan
+  // that streams parameters through the host: llmplan run cannot execute one.
+  auto one_gpu = Request("llama3-8b", "h200-sxm", 1, 4096, 4);
+  one_gpu.host_memory_per_node_bytes = 240.0 * (1 << 30);
+  for (const auto& req : {one_gpu, Request("llama3-8b", "h100-sxm-80g", 8, 8192, 256),
+                          Request("llama3-8b", "l40s-pcie", 4, 4096, 64)}) {
+    Searched s = Search(req);
+    ASSERT_TRUE(s.result.found) << req.model.name << " on " << req.gpus << " x " << req.profile;
+    EXPECT_FALSE(OffloadsParams(s.result.best.plan.offload)) << OffloadName(s.result.best.plan.offload);
+    for (const auto& alt : s.result.alternatives) EXPECT_FALSE(OffloadsParams(alt.estimate.plan.offload));
+  }
+  // Pinned, it is planned (for a what-if), and when nothing else fits it is the answer.
+  auto pinned = one_gpu;
+  pinned.offload = Offload::kOptimizerAndParams;
+  EXPECT_EQ(Search(pinned).result.best.plan.offload, Offload::kOptimizerAndParams);
+}
+
 }  // namespace
 }  // namespace llmplan

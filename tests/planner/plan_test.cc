@@ -24,6 +24,7 @@ Plan Example() {
   p.offload = Offload::kOptimizer;
   p.checkpoint_layers = {0, 3, 4, 5, 27};
   p.prefetch_depth = 2;
+  p.host_memory_per_node_bytes = 2e12;
   p.optimizer.lr = 1e-4;
   p.seed = 7;
   p.Validate();
@@ -41,6 +42,8 @@ TEST(PlanTest, JsonRoundTrip) {
   EXPECT_EQ(b.GlobalBatch(), 2 * 4 * 16);
   EXPECT_EQ(b.TokensPerStep(), 2 * 4 * 16 * 4096);
   EXPECT_EQ(b.ReplicaGroups(), 2);
+  EXPECT_EQ(b.host_memory_per_node_bytes, 2e12);
+  EXPECT_EQ(b.GpusOnNode(), 8);
   // The estimate --json shape (plan under "plan") is accepted too.
   nlohmann::json wrapped = {{"plan", PlanToJson(a)}, {"fits", true}};
   EXPECT_EQ(PlanToJson(PlanFromJson(wrapped, "wrapped")), PlanToJson(a));
@@ -69,6 +72,7 @@ TEST(PlanTest, ValidateRejectsInconsistentPlans) {
   EXPECT_THROW(broken([](Plan& p) { p.micro_batch = 0; }).Validate(), UserError);
   EXPECT_THROW(broken([](Plan& p) { p.seq_len = 0; }).Validate(), UserError);
   EXPECT_THROW(broken([](Plan& p) { p.optimizer.beta2 = 1.0; }).Validate(), UserError);
+  EXPECT_THROW(broken([](Plan& p) { p.host_memory_per_node_bytes = -1; }).Validate(), UserError);
   // Every factor in range, but 2^20 GPUs x 2^16 x 2^16 x 2^22 tokens = 2^74 overflows int64.
   EXPECT_THROW(broken([](Plan& p) {
                  p.strategy = ShardingStrategy::kFullShard;

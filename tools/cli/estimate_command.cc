@@ -31,6 +31,7 @@ struct EstimateOptions {
   int64_t micro_batch = kUnpinned, grad_accum = kUnpinned, shard_group = kUnpinned;
   int gpus_per_node = 0, max_gpus = 16384, prefetch = 1;
   double train_tokens = 0, target_days = 0;
+  double host_memory_gib = 0;
   double lr = -1;
   int64_t warmup = -1, decay = -1, loss_chunk = 1024;
   bool json = false;
@@ -57,6 +58,8 @@ void Run(const EstimateOptions& o) {
   req.max_gpus = o.max_gpus;
   if (o.gpus_per_node < 0 || o.gpus_per_node > 1024) throw UserError("--gpus-per-node must be between 1 and 1024");
   req.gpus_per_node = o.gpus_per_node;
+  if (o.host_memory_gib < 0 || o.host_memory_gib > 1e6) throw UserError("--host-memory must be between 0 and 1000000 GiB");
+  req.host_memory_per_node_bytes = o.host_memory_gib * 1073741824.0;
   if (o.seq < 1 || o.seq > (int64_t{1} << 22)) throw UserError("--seq must be between 1 and 4194304");
   req.seq_len = o.seq;
   if (o.global_batch < 0 || o.global_batch_tokens < 0) throw UserError("--global-batch must be positive");
@@ -147,7 +150,15 @@ void Run(const EstimateOptions& o) {
     }
     std::cout << "\n(" << r.evaluated << " plans simulated in " << static_cast<int>(ms + 0.5) << " ms)\n";
   }
-  if (!r.found) throw UserError(r.why_none + "; try more GPUs (--gpus auto), --offload optimizer, or a shorter --seq");
+  if (!r.found) {
+    // The hint follows what overflowed: the host only grows with more nodes
+    // or a truer --host-memory; the device with sharding, offload, a shorter --seq.
+    const bool host_short = r.best.memory.host_bytes > r.best.memory.host_capacity_bytes &&
+                            r.best.memory.device_peak_bytes <= r.best.memory.capacity_bytes;
+    throw UserError(r.why_none + (host_short ? "; spread the offloaded state over more GPUs (--gpus auto), offload less "
+                                               "(--offload), or give the node's pinnable memory with --host-memory GIB"
+                                             : "; try more GPUs (--gpus auto), --offload optimizer, or a shorter --seq"));
+  }
   if (!o.out.empty()) {
     SavePlan(r.best.plan, o.out);
     if (!o.json) std::cout << "plan written to " << o.out << "\n";
@@ -173,6 +184,8 @@ void AddEstimateCommand(CLI::App& app) {
   cmd->add_option("--offload", o->offload, "Pin: none | optimizer | params | optimizer+params");
   cmd->add_option("--prefetch", o->prefetch, "Units gathered ahead of compute")->capture_default_str();
   cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (default: the profile's)");
+  cmd->add_option("--host-memory", o->host_memory_gib,
+                  "GiB of host memory the job may pin per node (default: the profile's per GPU x GPUs on the node)");
   cmd->add_option("--max-gpus", o->max_gpus, "Upper bound for --gpus auto")->capture_default_str();
   cmd->add_option("--train-tokens", o->train_tokens, "Tokens to train, for time and cost (default 20 per parameter)");
   cmd->add_option("--target-days", o->target_days, "With --gpus auto: also finish --train-tokens within this time");
