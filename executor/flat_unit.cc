@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "executor/host_memory.h"
 #include "executor/torch_compat.h"
 
 namespace llmplan::executor {
@@ -38,7 +39,7 @@ FlatUnit::FlatUnit(std::vector<ParamShape> shapes, const FlatUnitOptions& option
   for (const auto& s : shapes_) numel_ += s.numel();
   padded_numel_ = (numel_ + group_size_ - 1) / group_size_ * group_size_;
   auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
-  master_ = master_on_host_ ? at::zeros({shard_numel()}, compat::HostOptions(at::kFloat))
+  master_ = master_on_host_ ? PinnedHostZeros(shard_numel(), at::kFloat)
                             : at::zeros({shard_numel()}, fp32);
   grad_ = at::zeros({shard_numel()}, fp32);
   compute_ = at::zeros({padded_numel_}, fp32.dtype(compute_dtype_));

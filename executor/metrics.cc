@@ -99,6 +99,8 @@ void MetricsLog::Finish(const RunSummary& s) {
                       {"peak_allocated_bytes", s.peak_allocated_bytes},
                       {"peak_reserved_bytes", s.peak_reserved_bytes},
                       {"memory_source", s.memory_source},
+                      {"peak_pinned_host_bytes", s.peak_pinned_host_bytes},
+                      {"peak_host_rss_bytes", s.peak_host_rss_bytes},
                       {"total_s", s.total_s},
                       {"device", s.device},
                       {"torch_version", s.torch_version},
@@ -118,6 +120,9 @@ void MetricsLog::Finish(const RunSummary& s) {
                 100.0 * s.mean_mfu, 100.0 * s.mean_hfu, s.peak_allocated_bytes / 1073741824.0,
                 s.peak_reserved_bytes / 1073741824.0, s.memory_source.c_str());
   std::cout << line << "\n";
+  if (s.peak_pinned_host_bytes > 0)
+    std::printf("host: %.2f GiB pinned for offloaded state and staging, %.2f GiB resident at peak\n",
+                s.peak_pinned_host_bytes / 1073741824.0, s.peak_host_rss_bytes / 1073741824.0);
   if (!run_dir_.empty()) std::cout << "metrics: " << run_dir_ << "/metrics.jsonl\n";
 }
 

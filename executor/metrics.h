@@ -52,6 +52,8 @@ struct RunSummary {
   double mean_mfu = 0, mean_hfu = 0;
   int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;
   std::string memory_source;
+  int64_t peak_pinned_host_bytes = 0;  // offloaded state and staging pinned on the host (0 without offload)
+  int64_t peak_host_rss_bytes = 0;     // the process's resident host memory at its peak (pinned included)
   double total_s = 0;
   std::string device;  // "cpu", "cuda:0"
   std::string torch_version;

@@ -188,13 +188,6 @@ inline void MaterializeStorage(const at::Tensor& tensor, size_t nbytes) {
   storage->set_nbytes(nbytes);
 }
 
-// Host memory for buffers that cross to the GPU: pinned (page-locked) when a
-// GPU is present, so copies are asynchronous DMA that does not stall the
-// host; plain memory otherwise (1.13's CPU build cannot pin).
-inline at::TensorOptions HostOptions(at::ScalarType dtype) {
-  return at::TensorOptions().dtype(dtype).device(at::kCPU).pinned_memory(torch::cuda::is_available());
-}
-
 // ---------------------------------------------------------------------------
 // Timing
 

@@ -5,6 +5,7 @@
 
 #include "executor/comm/collective_watchdog.h"
 #include "executor/comm/communicator.h"
+#include "executor/host_memory.h"
 #include "executor/loss/chunked_cross_entropy.h"
 #include "executor/torch_compat.h"
 #include "planner/user_error.h"
@@ -70,7 +71,7 @@ std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan
   return units;
 }
 
-at::Tensor FullMaster(FlatUnit& unit, Communicator* shard) {
+at::Tensor FullMaster(FlatUnit& unit, Communicator* shard, CollectiveWatchdog* watchdog, const std::string& name) {
   at::NoGradGuard no_grad;
   if (unit.group_size() == 1) return unit.master().narrow(0, 0, unit.numel()).to(at::kCPU, at::kFloat, false, true);
   TORCH_CHECK(shard != nullptr && shard->size() == unit.group_size(), "FullMaster: needs the shard group of ",
@@ -80,7 +81,10 @@ at::Tensor FullMaster(FlatUnit& unit, Communicator* shard) {
   const at::Device comm_device = unit.device().is_cuda() ? unit.device() : at::Device(at::kCPU);
   at::Tensor mine = unit.master().to(comm_device, at::kFloat, false, true);
   at::Tensor all = at::empty({unit.padded_numel()}, mine.options());
-  shard->AllGather(mine, all, "all-gather fp32 master for the final checkpoint")->Wait();
+  const std::string what = "all-gather fp32 master " + name + " for the final weights";
+  std::shared_ptr<CollectiveWork> work = shard->AllGather(mine, all, what);
+  if (watchdog != nullptr) watchdog->Watch(work, what, shard->name());  // the host blocks on it just below
+  work->Wait();
   return all.narrow(0, 0, unit.numel()).to(at::kCPU).clone();
 }
 
@@ -205,8 +209,8 @@ StepInterpreter::StepInterpreter(const Plan& plan, const LlamaModel& model, std:
   }
   if (offload_) {
     for (auto& unit : units_) {
-      host_grads_.push_back(at::zeros({unit.shard_numel()}, compat::HostOptions(at::kFloat)));
-      host_compute_.push_back(at::zeros({unit.shard_numel()}, compat::HostOptions(unit.compute_dtype())));
+      host_grads_.push_back(PinnedHostZeros(unit.shard_numel(), at::kFloat));
+      host_compute_.push_back(PinnedHostZeros(unit.shard_numel(), unit.compute_dtype()));
     }
   }
   rope_ = model.MakeRopeTable(plan.seq_len, device, ComputeDtype(plan));

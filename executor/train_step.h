@@ -106,9 +106,11 @@ std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan
 // The whole unit's fp32 values, unpadded, on the host: this rank's master
 // when unsharded, else the master shards all-gathered over `shard` (a
 // collective: every rank of the shard group calls it for the same unit).
-// Offloaded masters are read from the host.
+// Offloaded masters are read from the host. `name` names the unit in the
+// watchdog's message when the all-gather hangs (watched when non-null).
 // REQUIRES: shard non-null when unit.group_size() > 1, of that size.
-at::Tensor FullMaster(FlatUnit& unit, Communicator* shard);
+at::Tensor FullMaster(FlatUnit& unit, Communicator* shard, CollectiveWatchdog* watchdog = nullptr,
+                      const std::string& name = "unit");
 
 // The master buffers' lengths, for AdamW.
 std::vector<int64_t> ShardNumels(const std::vector<FlatUnit>& units);

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 
 #include "executor/batch_source.h"
 #include "executor/checkpoint/safetensors.h"
@@ -17,6 +19,7 @@
 #include "executor/comm/process_groups.h"
 #include "executor/data/batch_loader.h"
 #include "executor/flat_unit.h"
+#include "executor/host_memory.h"
 #include "executor/model/llama_model.h"
 #include "executor/optimizer/adamw.h"
 #include "executor/torch_compat.h"
@@ -111,11 +114,11 @@ class TokenFileBatches : public BatchSource {
 // The whole model in fp32 under Hugging Face names, unpadded and in each
 // parameter's shape: every shard group all-gathers its units' master shards
 // (a collective on every rank), rank 0 writes RUN_DIR/final.safetensors.
-void WriteFinalWeights(const LlamaModel& model, std::vector<FlatUnit>& units, Communicator* shard, bool write,
-                       const std::string& path) {
+void WriteFinalWeights(const LlamaModel& model, std::vector<FlatUnit>& units, Communicator* shard,
+                       CollectiveWatchdog* watchdog, bool write, const std::string& path) {
   std::map<std::string, at::Tensor> tensors;
   for (int u = 0; u < model.num_units(); ++u) {
-    at::Tensor full = FullMaster(units[u], shard);
+    at::Tensor full = FullMaster(units[u], shard, watchdog, "unit " + std::to_string(u));
     if (!write) continue;
     int64_t offset = 0;
     for (const ParamShape& p : units[u].shapes()) {
@@ -166,6 +169,8 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
       MakeShardedUnits(model, plan, device, comms.shard != nullptr ? comms.shard->rank() : 0);
   AdamW optimizer(plan.optimizer, ShardNumels(units), device, /*allow_fused=*/true,
                   /*state_on_host=*/OffloadsOptimizer(plan.offload));
+  // The node's cores, split between the ranks on it.
+  optimizer.SetCpuThreads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size));
   const HardwareProfile profile = ProfileOrDefault(plan.profile, config.progress && rank0);
   StepInterpreter step(plan, model, units, optimizer, BuildStepProgram(plan, profile), device, comms);
 
@@ -241,9 +246,11 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   summary.mean_tokens_per_s_per_gpu = timed_tokens_per_s_per_gpu / static_cast<double>(timed_steps);
   summary.mean_mfu = timed_mfu / static_cast<double>(timed_steps);
   summary.mean_hfu = timed_hfu / static_cast<double>(timed_steps);
+  summary.peak_pinned_host_bytes = PeakPinnedHostBytes();
+  summary.peak_host_rss_bytes = ProcessPeakRssBytes();
   // --- the trained model, whole, under Hugging Face names ---
-  if (!config.run_dir.empty()) {
-    WriteFinalWeights(model, units, comms.shard, rank0,
+  if (!config.run_dir.empty() && config.final_weights) {
+    WriteFinalWeights(model, units, comms.shard, watchdog.get(), rank0,
                       (std::filesystem::path(config.run_dir) / "final.safetensors").string());
   }
   summary.total_s = SecondsSince(run_start);

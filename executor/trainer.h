@@ -28,6 +28,7 @@ struct TrainConfig {
   std::string run_dir;          // metrics.jsonl, summary.json, ...; empty: write nothing
   std::string device = "cuda";  // "cpu", "cuda" or "cuda:N"
   bool progress = true;         // print a line per step and the summary
+  bool final_weights = true;    // write run_dir/final.safetensors at the end (an 8B model: 32 GB)
 };
 
 // Trains config.plan for config.steps optimizer steps on micro-batches from

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "executor/host_memory.h"
 #include "executor/optimizer/adamw_math.h"
 #include "executor/optimizer/cpu_adamw.h"
 #include "executor/torch_compat.h"
@@ -28,8 +29,8 @@ AdamW::AdamW(const OptimizerConfig& config, const std::vector<int64_t>& shard_nu
     : config_(config), allow_fused_(allow_fused), state_on_host_(state_on_host) {
   auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
   for (int64_t n : shard_numels) {
-    state_.exp_avg.push_back(state_on_host ? at::zeros({n}, compat::HostOptions(at::kFloat)) : at::zeros({n}, fp32));
-    state_.exp_avg_sq.push_back(state_on_host ? at::zeros({n}, compat::HostOptions(at::kFloat))
+    state_.exp_avg.push_back(state_on_host ? PinnedHostZeros(n, at::kFloat) : at::zeros({n}, fp32));
+    state_.exp_avg_sq.push_back(state_on_host ? PinnedHostZeros(n, at::kFloat)
                                               : at::zeros({n}, fp32));
   }
   step_tensor_ = at::zeros({}, fp32);
@@ -83,7 +84,7 @@ void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const a
     // the gradient shard down); one threaded pass over the four arrays.
     TORCH_CHECK(master.device().is_cpu() && grad.device().is_cpu(), "AdamW::Update: offloaded state needs host tensors");
     CpuAdamW(master.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
-             master.numel(), s);
+             master.numel(), s, cpu_threads_);
     if (compute_copy.defined()) compute_copy.copy_(master);
     return;
   }

@@ -84,6 +84,13 @@ class AdamW {
   // device the state was created on; compute_copy, when defined, as many
   // elements, contiguous.
   void Update(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy = at::Tensor());
+  // Host threads for the offloaded update; 0 (the default): the machine's
+  // hardware threads. Ranks that share a node's cores should split them —
+  // two ranks each starting one thread per core would time-slice every core
+  // and evict each other's cache lines on a loop that is bound by memory
+  // bandwidth anyway.
+  void SetCpuThreads(int threads) { cpu_threads_ = threads; }
+
   // Advances the step count (after every unit's Update).
   void FinishStep() { ++state_.step; }
 
@@ -92,6 +99,7 @@ class AdamW {
   AdamWState state_;
   bool allow_fused_;
   bool state_on_host_;
+  int cpu_threads_ = 0;
   at::Tensor step_tensor_;  // device scalar for the fused kernel's bias correction
 };
 

@@ -5,6 +5,8 @@
 //   - releasing a unit's gathered copy really returns its bytes to the CUDA
 //     caching allocator (FSDP's storage trick), and the parameters see the
 //     bytes a later gather brings;
+//   - optimizer offload pins exactly the host bytes the planner counts, and
+//     gives them back when training ends;
 //   - with 2 GPUs (skipped on one): full_shard over NCCL with fp32 compute,
 //     2 ranks x 1 row, ends with the parameters of one GPU on 2 rows, and
 //     offloading the optimizer does not change them.
@@ -24,9 +26,11 @@
 
 #include "executor/checkpoint/safetensors.h"
 #include "executor/flat_unit.h"
+#include "executor/host_memory.h"
 #include "executor/optimizer/adamw.h"
 #include "executor/torch_compat.h"
 #include "executor/trainer.h"
+#include "planner/step_program.h"
 #include "tests/executor/core_test_support.h"
 
 namespace llmplan::executor {
@@ -172,6 +176,25 @@ double MaxDifference(const fs::path& a, const fs::path& b) {
     worst = std::max(worst, (x.tensors[name] - t).abs().max().item<double>());
   }
   return worst;
+}
+
+TEST_F(ShardedGpuTest, OffloadPinsWhatThePlannerCounts) {
+  // bf16 compute, so the staging copy is 2 bytes a parameter as in real runs.
+  Plan plan = testing::TestPlan("tiny-llama", 2, 2, 64, DType::kBF16);
+  plan.strategy = ShardingStrategy::kNoShard;
+  NormaliseGrouping(plan);
+  plan.offload = Offload::kOptimizer;
+  plan.Validate();
+  const double predicted = BuildStepProgram(plan, testing::CpuProfile()).host.Total();
+  ASSERT_EQ(PinnedHostBytes(), 0);
+  RankRows data(plan.model.vocab, 2, 1, 0);
+  TrainConfig config = GpuConfig(plan, "");
+  config.device = "cuda:0";
+  const RunSummary summary = Train(config, data);
+  EXPECT_EQ(static_cast<double>(summary.peak_pinned_host_bytes), predicted)
+      << "master 4 + AdamW 8 + gradient staging 4 + bf16 staging 2 bytes a parameter";
+  EXPECT_GE(summary.peak_host_rss_bytes, summary.peak_pinned_host_bytes);
+  EXPECT_EQ(PinnedHostBytes(), 0) << "pinned buffers outlived the run";
 }
 
 TEST_F(ShardedGpuTest, TwoGpuFullShardEqualsOneGpu) {

@@ -1,8 +1,8 @@
-// llmplan run: trains a plan on one device (CUDA device 0, or the CPU with
-// --cpu) with the executor, writing metrics to RUN_DIR.
+// llmplan run: trains a plan with the executor, one process per GPU of the
+// plan (or --cpu-ranks processes on the CPU), writing metrics to RUN_DIR.
 //
 //   llmplan run --plan plan.json --data tokens.bin --steps N --out RUN_DIR
-//               [--cpu] [--dtype bf16|fp32] [--lr X]
+//               [--cpu [--cpu-ranks N]] [--dtype bf16|fp32] [--lr X] [--no-final-weights]
 //
 // The plan comes from `llmplan estimate ... -o plan.json`; the token file from
 // `llmplan data prepare` or any format executor/data/token_file.h reads.
@@ -30,6 +30,7 @@ struct RunOptions {
   std::string dtype;  // empty: the plan's param_dtype
   double lr = -1;     // < 0: the plan's
   int cpu_ranks = 0;  // with --cpu: local processes (Gloo ranks); 0: the plan's gpus
+  bool no_final_weights = false;
 };
 
 void RunCommand(const RunOptions& o) {
@@ -45,6 +46,7 @@ void RunCommand(const RunOptions& o) {
   config.run_dir = o.out;
   config.device = o.cpu ? "cpu" : "cuda";  // cuda:LOCAL_RANK when several processes run
   config.progress = true;
+  config.final_weights = !o.no_final_weights;
 
   // One process per local GPU (or CPU rank), unless torchrun or Slurm already
   // started one per rank: then this process is that rank.
@@ -73,7 +75,7 @@ void RunCommand(const RunOptions& o) {
 
 void AddRunCommand(CLI::App& app) {
   auto options = std::make_shared<RunOptions>();
-  CLI::App* run = app.add_subcommand("run", "train a plan on one device and record per-step metrics");
+  CLI::App* run = app.add_subcommand("run", "train a plan: one process per GPU of the plan (or --cpu-ranks on the CPU), metrics per step");
   run->add_option("--plan", options->plan_path, "plan JSON (from llmplan estimate -o)")->required();
   run->add_option("--data", options->data_path, "token file (llmplan data prepare, nanoGPT .bin, llm.c .bin)")
       ->required();
@@ -83,6 +85,8 @@ void AddRunCommand(CLI::App& app) {
   run->add_flag("--cpu", options->cpu, "train on the CPU instead of CUDA device 0");
   run->add_option("--dtype", options->dtype, "compute dtype, overriding the plan's (bf16 or fp32)");
   run->add_option("--lr", options->lr, "peak learning rate, overriding the plan's");
+  run->add_flag("--no-final-weights", options->no_final_weights,
+                "skip RUN_DIR/final.safetensors (for throughput runs: an 8B model is 32 GB to gather and write)");
   run->add_option("--cpu-ranks", options->cpu_ranks, "with --cpu: CPU processes to start (default: the plan's gpus)")
       ->check(CLI::Range(1, 1024));
   run->callback([options] { RunCommand(*options); });
