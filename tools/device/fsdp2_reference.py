@@ -32,6 +32,7 @@ os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 import argparse
 import json
 import math
+import resource
 import socket
 import sys
 import time
@@ -443,6 +444,8 @@ def main(argv=None):
         "mfu": round(tokens_per_s * fpt / args.peak_flops, 4),
         "peak_allocated_bytes": peak_alloc,
         "peak_reserved_bytes": peak_reserved,
+        # The host side of CPU offload (pinned params/grads, AdamW state); ru_maxrss is in KiB.
+        "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "step_s": round(step_s, 5),
         "losses": [round(float(x), 5) for x in loss_t.tolist()],
         "step_times_s": [round(t, 5) for t in step_times],

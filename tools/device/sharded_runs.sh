@@ -3,7 +3,11 @@
 # executor's acceptance runs, each printing one summary line.
 #   tools/device/sharded_runs.sh equivalence   tiny-llama, fp32: 1 GPU vs 2 GPUs (NCCL), final weights compared
 #   tools/device/sharded_runs.sh llama8b       Llama-3-8B seq 4096 full_shard on 2 GPUs, then PyTorch FSDP2 on the same plan
-#   tools/device/sharded_runs.sh offload8b     Llama-3-8B seq 4096 on ONE GPU with the optimizer on the CPU
+#   tools/device/sharded_runs.sh offload8b [llmplan|fsdp2]
+#                                              Llama-3-8B seq 4096 on ONE GPU with the optimizer on the CPU
+#                                              (the plan of `llmplan estimate --model llama3-8b --gpus 1 --gpu h200-sxm
+#                                              --seq 4096 --global-batch 4 --host-memory 240`), then FSDP2 with
+#                                              CPUOffloadPolicy on the same plan; needs the 2-GPU machine's 256 GiB host
 # Results under $OUT/sharded/ when $OUT is set.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -54,9 +58,18 @@ PY
     ;;
   offload8b)
     plan="$root/docs/llama3-8b-1xh200-offload.plan.json"
-    CUDA_VISIBLE_DEVICES=0 timeout 400 "$llmplan" run --plan "$plan" --data "$tokens" --steps 4 --out "$out/offload8b" \
-      >"$out/offload8b.log" 2>&1
-    echo "llmplan rc=$?"; tail -4 "$out/offload8b.log"; summary "$out/offload8b" "llmplan llama3-8b 1 GPU, optimizer offloaded"
+    if [ "${2:-llmplan}" = llmplan ]; then
+      CUDA_VISIBLE_DEVICES=0 timeout 420 "$llmplan" run --plan "$plan" --data "$tokens" --steps 6 --no-final-weights \
+        --out "$out/offload8b" >"$out/offload8b.log" 2>&1
+      echo "llmplan rc=$?"; tail -4 "$out/offload8b.log"; summary "$out/offload8b" "llmplan llama3-8b 1 GPU, optimizer offloaded"
+    fi
+    if [ "${2:-fsdp2}" = fsdp2 ]; then
+      # One process, a world of one; the plan's offload becomes CPUOffloadPolicy.
+      CUDA_VISIBLE_DEVICES=0 timeout 480 python3 "$root/tools/device/fsdp2_reference.py" --plan "$plan" --steps 5 \
+        --warmup 2 --out "$out/fsdp2_offload8b.json" >"$out/fsdp2_offload8b.log" 2>&1
+      echo "fsdp2 rc=$?"; tail -c 1500 "$out/fsdp2_offload8b.log"
+    fi
+    free -g | head -2
     ;;
-  *) echo "usage: sharded_runs.sh equivalence|llama8b|offload8b" >&2; exit 2 ;;
+  *) echo "usage: sharded_runs.sh equivalence|llama8b|offload8b [llmplan|fsdp2]" >&2; exit 2 ;;
 esac
