@@ -83,9 +83,16 @@ void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const a
     // Offload: everything is in host memory by now (the interpreter copied
     // the gradient shard down); one threaded pass over the four arrays.
     TORCH_CHECK(master.device().is_cpu() && grad.device().is_cpu(), "AdamW::Update: offloaded state needs host tensors");
+    const bool copy = compute_copy.defined();
+    TORCH_CHECK(!copy || (compute_copy.device().is_cpu() && compute_copy.is_contiguous() &&
+                          compute_copy.numel() == m.numel() &&
+                          (compute_copy.scalar_type() == at::kBFloat16 || compute_copy.scalar_type() == at::kFloat)),
+                "AdamW::Update: the offloaded compute copy must be a contiguous bf16/fp32 host tensor of ", m.numel(),
+                " elements");
+    // The compute copy is written in the same pass (one sweep of host memory, not two).
     CpuAdamW(master.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
-             master.numel(), s, cpu_threads_);
-    if (compute_copy.defined()) compute_copy.copy_(master);
+             master.numel(), s, cpu_threads_, copy ? compute_copy.data_ptr() : nullptr,
+             copy && compute_copy.scalar_type() == at::kBFloat16);
     return;
   }
 #ifdef LLMPLAN_WITH_CUDA

@@ -1,10 +1,15 @@
 // AdamW on flat buffers equals torch::optim::AdamW; the warmup + cosine
 // schedule; global-norm clipping; FlatUnit's flat gradient plumbing.
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "executor/flat_unit.h"
 #include "executor/optimizer/adamw.h"
+#include "executor/optimizer/cpu_adamw.h"
 
 namespace llmplan::executor {
 namespace {
@@ -63,6 +68,45 @@ TEST(AdamWTest, OffloadedThreadedCpuLoopMatchesWholeBufferOps) {
   EXPECT_LT((a - b).abs().max().item<double>(), 1e-6);
   EXPECT_TRUE(at::allclose(host_form.state().exp_avg_sq[0], device_form.state().exp_avg_sq[0], 1e-5, 1e-9));
   EXPECT_TRUE(at::equal(copy, b.to(at::kBFloat16)));
+}
+
+TEST(AdamWTest, HostBf16CopyRoundsExactlyAsLibTorch) {
+  // The CPU loop writes the bf16 compute copy itself: it must equal
+  // LibTorch's cast bit for bit, on the values where rounding is decided.
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, -1.0f, 1.00390625f /* tie, even below */,
+                               1.01171875f /* tie, odd below */, 3.4028235e38f /* rounds to inf */,
+                               std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                               std::numeric_limits<float>::denorm_min(), 1e-40f, 65504.0f, 3.14159265f};
+  at::manual_seed(9);
+  at::Tensor random = at::randn({100000}) * 1e3;
+  for (int64_t i = 0; i < random.numel(); ++i) values.push_back(random[i].item<float>());
+  at::Tensor in = at::from_blob(values.data(), {static_cast<int64_t>(values.size())}, at::kFloat).clone();
+  at::Tensor theirs = in.to(at::kBFloat16);
+  const auto* bits = static_cast<const uint16_t*>(theirs.data_ptr());
+  auto is_nan = [](uint16_t b) { return (b & 0x7F80) == 0x7F80 && (b & 0x7F) != 0; };
+  for (int64_t i = 0; i < in.numel(); ++i) {
+    const float x = in[i].item<float>();
+    if (std::isnan(x)) {  // any NaN is a NaN: LibTorch's scalar and vector casts differ in its bits
+      EXPECT_TRUE(is_nan(FloatToBf16Bits(x)) && is_nan(bits[i]));
+      continue;
+    }
+    ASSERT_EQ(FloatToBf16Bits(x), bits[i]) << "value " << x;
+  }
+}
+
+TEST(AdamWTest, HostFp32CopyEqualsTheMaster) {
+  OptimizerConfig c;
+  c.warmup_steps = 0;
+  const int64_t n = 200003;
+  at::manual_seed(6);
+  at::Tensor master = at::randn({n});
+  at::Tensor copy = at::zeros({n});
+  AdamW host_form(c, {n}, at::Device(at::kCPU), /*allow_fused=*/true, /*state_on_host=*/true);
+  host_form.Update(0, master, at::randn({n}), copy);
+  EXPECT_TRUE(at::equal(copy, master));
+  at::Tensor wrong = at::zeros({n - 1}, at::kBFloat16);
+  EXPECT_THROW(host_form.Update(0, master, at::randn({n}), wrong), c10::Error);
 }
 
 TEST(AdamWTest, WarmupThenCosineToMinimum) {
