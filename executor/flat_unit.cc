@@ -106,11 +106,16 @@ void FlatUnit::RefreshComputeShard() {
   compute_shard_.copy_(master_);
 }
 
-void FlatUnit::ReduceGradientsLocal() {
+void FlatUnit::ReduceGradientsLocal(bool release) {
   TORCH_CHECK(group_size_ == 1, "FlatUnit::ReduceGradientsLocal needs an unsharded unit");
+  TORCH_CHECK(compute_grad_materialized(), "FlatUnit::ReduceGradientsLocal: compute_grad was released");
   at::NoGradGuard no_grad;
   grad_.add_(compute_grad_);  // promotes bf16 to fp32 inside the kernel
-  compute_grad_.zero_();
+  if (release) {
+    ReleaseComputeGrad();  // the caching allocator reuses the block once the add above has run
+  } else {
+    compute_grad_.zero_();
+  }
 }
 
 void FlatUnit::ZeroGradients() {

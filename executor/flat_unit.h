@@ -117,9 +117,12 @@ class FlatUnit {
   // REQUIRES: master on the device.
   void RefreshComputeShard();
   // grad += compute_grad (in fp32); then compute_grad = 0, ready for the next
-  // micro-batch's backward.
-  // REQUIRES: group_size() == 1.
-  void ReduceGradientsLocal();
+  // micro-batch's backward — or, with `release`, compute_grad's bytes go back
+  // to the allocator (MaterializeComputeGrad before the next backward), so an
+  // unsharded model holds compute-dtype gradients only for the units in
+  // backward, not for the whole model (15 GiB of bf16 for an 8B model).
+  // REQUIRES: group_size() == 1; compute_grad materialised.
+  void ReduceGradientsLocal(bool release = false);
   // Zeroes grad and, when materialised, compute_grad (start of an optimizer step).
   void ZeroGradients();
 

@@ -168,6 +168,18 @@ TEST(FlatUnitTest, ParametersViewOneBufferAndGradientsAccumulateInPlace) {
   EXPECT_EQ(local.compute_grad().abs().sum().item<double>(), 0.0);
   local.ZeroGradients();
   EXPECT_EQ(local.grad().abs().sum().item<double>(), 0.0);
+
+  // Released between backwards (how the executor runs unsharded units): the
+  // bytes go, come back zeroed, and accumulation is unchanged.
+  for (int mb = 0; mb < 2; ++mb) {
+    local.MaterializeComputeGrad();
+    at::Tensor loss = (p[0].to(at::kFloat) * 3.0).sum() + p[1].to(at::kFloat).sum();
+    loss.backward();
+    local.ReduceGradientsLocal(/*release=*/true);
+    EXPECT_FALSE(local.compute_grad_materialized());
+  }
+  EXPECT_TRUE(at::equal(local.grad(), expected));
+  EXPECT_THROW(local.ReduceGradientsLocal(), c10::Error);  // nothing to reduce while released
 }
 
 }  // namespace
