@@ -1,6 +1,5 @@
 #include "executor/host_memory.h"
 
-#include <algorithm>
 #include <atomic>
 #include <string>
 
