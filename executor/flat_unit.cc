@@ -44,8 +44,10 @@ FlatUnit::FlatUnit(std::vector<ParamShape> shapes, const FlatUnitOptions& option
   grad_ = at::zeros({shard_numel()}, fp32);
   compute_ = at::zeros({padded_numel_}, fp32.dtype(compute_dtype_));
   compute_grad_ = at::zeros({padded_numel_}, fp32.dtype(compute_dtype_));
-  if (group_size_ == 1 && master_on_host_ && compute_resident_) {
-    compute_shard_ = compute_;  // the shard is the whole, resident unit
+  if (group_size_ == 1 && compute_resident_) {
+    // The shard is the whole, resident unit: the optimizer's update (or the
+    // copy up from the host) writes the compute copy directly, no second pass.
+    compute_shard_ = compute_;
   } else if (group_size_ > 1 || master_on_host_) {
     compute_shard_ = at::zeros({shard_numel()}, fp32.dtype(compute_dtype_));
   }

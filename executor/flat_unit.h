@@ -13,10 +13,11 @@
 //   compute_grad  the whole unit in the compute dtype; the parameters' .grad
 //            alias its storage, so autograd accumulates straight into one flat
 //            buffer that a single reduce-scatter (or a cast-add) consumes
-//   compute_shard  (sharded or offloaded units) this rank's slice of the
-//            master in the compute dtype, on the device: what an all-gather
-//            sends. The optimizer step refreshes it (the fused kernel writes
-//            it in the same pass; with offload it is copied in from the host).
+//   compute_shard  (sharded, offloaded or resident units) this rank's slice
+//            of the master in the compute dtype, on the device: what an
+//            all-gather sends, or the resident compute copy itself. The
+//            optimizer step refreshes it (the fused kernel writes it in the
+//            same pass; with offload it is copied in from the host).
 //
 // The flat length is padded to a multiple of `group_size` so a shard is a
 // plain contiguous slice of equal length on every rank (padding elements stay
@@ -90,8 +91,8 @@ class FlatUnit {
   at::Tensor& grad() { return grad_; }      // fp32 [shard_numel], on the device
   const at::Tensor& compute() const { return compute_; }            // [padded_numel]
   const at::Tensor& compute_grad() const { return compute_grad_; }  // [padded_numel]
-  // Undefined unless group_size > 1 or master_on_host; compute itself when
-  // unsharded and compute_resident.
+  // Undefined unless group_size > 1, master_on_host or compute_resident;
+  // compute itself when unsharded and compute_resident.
   const at::Tensor& compute_shard() const { return compute_shard_; }  // [shard_numel], device
 
   // The model's parameters for this unit (aliases of compute(), requires_grad,

@@ -8,23 +8,16 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/user_error.h"
+#include "simulator/trace.h"
 
 namespace llmplan::executor {
 
-double ModelFlopsPerToken(const Plan& plan) { return plan.model.ModelFlopsPerToken(plan.seq_len); }
-
-double HardwareFlopsPerToken(const Plan& plan) {
-  const ModelSpec& m = plan.model;
-  // Forward of one block per token: 2 FLOPs per block parameter (its GEMMs;
-  // norms are negligible) + attention 4*H*Q*T (QK^T and PV, counted in full as
-  // PaLM's 12*L*H*Q*T does for forward + backward).
-  const double block_forward = 2.0 * static_cast<double>(m.ParamsPerBlock()) +
-                               4.0 * static_cast<double>(m.heads * m.head_dim) * static_cast<double>(plan.seq_len);
-  return ModelFlopsPerToken(plan) + static_cast<double>(plan.checkpoint_layers.size()) * block_forward;
-}
-
-MetricsLog::MetricsLog(const std::string& run_dir, int64_t total_steps, bool progress)
-    : run_dir_(run_dir), total_steps_(total_steps), progress_(progress), terminal_(isatty(STDOUT_FILENO) != 0) {
+MetricsLog::MetricsLog(const std::string& run_dir, int64_t total_steps, bool progress, std::string per_device)
+    : run_dir_(run_dir),
+      total_steps_(total_steps),
+      progress_(progress),
+      terminal_(isatty(STDOUT_FILENO) != 0),
+      per_device_(std::move(per_device)) {
   if (run_dir_.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(run_dir_, ec);
@@ -34,22 +27,36 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t total_steps, bool pro
   if (!metrics_ || !op_times_) throw UserError("cannot write to run directory " + run_dir_);
 }
 
-void MetricsLog::WriteProgram(const StepProgram& program) {
+void MetricsLog::WritePlanAndProgram(const Plan& plan, const StepProgram& program) {
   if (run_dir_.empty()) return;
+  SavePlan(plan, run_dir_ + "/plan.json");
   nlohmann::json ops = nlohmann::json::array();
   for (const auto& op : program.ops)
     ops.push_back({{"id", op.id},
                    {"name", op.name},
                    {"kind", OpKindName(op.kind)},
                    {"stream", StreamName(op.stream)},
+                   {"group", CommGroupName(op.group)},
                    {"unit", op.unit},
-                   {"micro_batch", op.micro_batch}});
+                   {"micro_batch", op.micro_batch},
+                   {"deps", op.deps}});
   std::ofstream out(run_dir_ + "/program.json", std::ios::trunc);
   out << nlohmann::json{{"ops", ops}, {"micro_batches", program.micro_batches}}.dump(1) << "\n";
   if (!out) throw UserError("cannot write " + run_dir_ + "/program.json");
 }
 
-void MetricsLog::LogStep(const StepMetrics& m, const std::vector<double>& op_seconds) {
+void MetricsLog::WriteTrace(const StepProgram& program, const StepMeasurement& measurement) {
+  if (run_dir_.empty()) return;
+  std::vector<OpTiming> spans;
+  std::vector<MemorySample> memory;
+  for (const OpMeasurement& o : measurement.ops) {
+    spans.push_back({o.start_s, o.end_s});
+    if (o.measured) memory.push_back({o.issued_s, static_cast<double>(o.allocated)});
+  }
+  StepTrace(program, spans, memory, /*pid=*/2, "measured").Write(run_dir_ + "/trace.json");
+}
+
+void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measurement) {
   if (!run_dir_.empty()) {
     nlohmann::json j = {{"step", m.step},
                         {"loss", m.loss},
@@ -72,18 +79,41 @@ void MetricsLog::LogStep(const StepMetrics& m, const std::vector<double>& op_sec
                         {"data_position", m.data_position}};
     metrics_ << j.dump() << "\n";
     metrics_.flush();  // a crashed run still leaves every finished step on disk
-    op_times_ << nlohmann::json{{"step", m.step}, {"seconds", op_seconds}}.dump() << "\n";
+    const size_t n = measurement.ops.size();
+    std::vector<double> start(n), end(n), issued(n);
+    std::vector<int64_t> allocated(n), reserved(n), peak_allocated(n), peak_reserved(n);
+    for (size_t i = 0; i < n; ++i) {
+      const OpMeasurement& o = measurement.ops[i];
+      start[i] = o.start_s;
+      end[i] = o.end_s;
+      issued[i] = o.issued_s;
+      allocated[i] = o.allocated;
+      reserved[i] = o.reserved;
+      peak_allocated[i] = o.peak_allocated;
+      peak_reserved[i] = o.peak_reserved;
+    }
+    op_times_ << nlohmann::json{{"step", m.step},
+                                {"start_s", start},
+                                {"end_s", end},
+                                {"issued_s", issued},
+                                {"allocated", allocated},
+                                {"reserved", reserved},
+                                {"peak_allocated", peak_allocated},
+                                {"peak_reserved", peak_reserved},
+                                {"memory_source", measurement.memory_source}}
+                     .dump()
+              << "\n";
     op_times_.flush();
   }
   if (!progress_) return;
   char line[256];
-  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s/GPU  mfu %.1f%%  %.3fs",
-                static_cast<long long>(m.step + 1), static_cast<long long>(total_steps_), m.loss, m.lr, m.grad_norm,
-                m.tokens_per_s_per_gpu, 100.0 * m.mfu, m.step_s);
+  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s/%s  mfu %.1f%%  %.3fs",
+                static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.loss, m.lr, m.grad_norm,
+                m.tokens_per_s_per_gpu, per_device_.c_str(), 100.0 * m.mfu, m.step_s);
   if (terminal_) {
     std::cout << "\r\033[K" << line << std::flush;  // rewrite one line in place
   } else {
-    std::cout << line << "\n";
+    std::cout << line << std::endl;  // flushed: progress is visible when logged to a file
   }
 }
 
@@ -114,16 +144,17 @@ void MetricsLog::Finish(const RunSummary& s) {
   if (terminal_) std::cout << "\n";
   char line[320];
   std::snprintf(line, sizeof line,
-                "done: %lld steps in %.1fs  loss %.4f -> %.4f  %.0f tok/s/GPU  mfu %.1f%%  hfu %.1f%%  peak %.2f GiB "
+                "done: %lld steps in %.1fs  loss %.4f -> %.4f  %.0f tok/s/%s  mfu %.1f%%  hfu %.1f%%  peak %.2f GiB "
                 "allocated / %.2f GiB reserved (%s)",
                 static_cast<long long>(s.steps), s.total_s, s.first_loss, s.final_loss, s.mean_tokens_per_s_per_gpu,
+                per_device_.c_str(),
                 100.0 * s.mean_mfu, 100.0 * s.mean_hfu, s.peak_allocated_bytes / 1073741824.0,
                 s.peak_reserved_bytes / 1073741824.0, s.memory_source.c_str());
   std::cout << line << "\n";
   if (s.peak_pinned_host_bytes > 0)
     std::printf("host: %.2f GiB pinned for offloaded state and staging, %.2f GiB resident at peak\n",
                 s.peak_pinned_host_bytes / 1073741824.0, s.peak_host_rss_bytes / 1073741824.0);
-  if (!run_dir_.empty()) std::cout << "metrics: " << run_dir_ << "/metrics.jsonl\n";
+  if (!run_dir_.empty()) std::cout << "metrics: " << run_dir_ << "/metrics.jsonl" << std::endl;
 }
 
 }  // namespace llmplan::executor

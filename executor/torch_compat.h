@@ -6,19 +6,25 @@
 //   - LibTorch version (TORCH_VERSION_MAJOR/MINOR): scaled-dot-product
 //     attention, fused AdamW, SDPA backend choice.
 //   - CUDA build (LLMPLAN_WITH_CUDA, set by CMake for a CUDA LibTorch): CUDA
-//     events for per-op timing and the caching allocator's peak statistics.
+//     events for per-op timing and the caching allocator's statistics.
 //     Without it a CUDA run still trains, but per-op times are host wall times.
 //
 // Only executor .cc files include this header (it pulls in <torch/torch.h>).
 #pragma once
 
+#include <atomic>
 #include <chrono>
-#include <limits>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -122,43 +128,129 @@ inline void FusedAdamW(at::Tensor& param, const at::Tensor& grad, at::Tensor& ex
 }
 
 // ---------------------------------------------------------------------------
-// Device memory
+// Memory statistics
 
-struct MemoryPeaks {
-  int64_t allocated = 0;  // peak bytes handed out by the allocator
-  int64_t reserved = 0;   // peak bytes the allocator held from the device
-  std::string source;     // what the numbers are
+// The allocator's view of one device's memory: the bytes tensors hold
+// (allocated) and the bytes the allocator holds from the device (reserved),
+// now and at the highest point since the last ResetMemoryPeaks. On CUDA
+// these are the caching allocator's own statistics, kept on the host at the
+// moment a tensor is allocated or freed (not when kernels run).
+struct MemoryStats {
+  int64_t allocated = 0, reserved = 0;
+  int64_t peak_allocated = 0, peak_reserved = 0;
+  std::string source;  // "cuda_caching_allocator", "cpu_tensor_bytes" or "process_peak_rss"
 };
 
-inline void ResetMemoryPeaks(const at::Device& device) {
-#ifdef LLMPLAN_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index() < 0 ? 0 : device.index());
+// Counts the bytes of LibTorch's CPU tensors, which no CPU allocator reports:
+// a CPU allocator (c10::alloc_cpu / free_cpu, as the default one uses) that
+// keeps a running total. LibTorch 1.13 only: 2.x changed the Allocator
+// interface, and there CPU memory is the process's peak RSS instead.
+#if !LLMPLAN_TORCH_AT_LEAST(2, 0)
+class CpuTensorCounter final : public c10::Allocator {
+ public:
+  static CpuTensorCounter& Get() {
+    static CpuTensorCounter counter;
+    return counter;
+  }
+  c10::DataPtr allocate(size_t n) const override {
+    void* data = c10::alloc_cpu(n);
+    Get().Add(data, static_cast<int64_t>(n));
+    return {data, data, &Delete, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &Delete; }
+  int64_t current() const { return current_.load(); }
+  int64_t peak() const { return peak_.load(); }
+  void ResetPeak() { peak_.store(current_.load()); }
+
+ private:
+  static void Delete(void* data) {
+    if (data == nullptr) return;
+    Get().Remove(data);
+    c10::free_cpu(data);
+  }
+  void Add(void* data, int64_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      sizes_[data] = n;
+    }
+    const int64_t now = current_.fetch_add(n) + n;
+    int64_t seen = peak_.load();
+    while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
+    }
+  }
+  void Remove(void* data) {
+    int64_t n = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = sizes_.find(data);
+      if (it == sizes_.end()) return;
+      n = it->second;
+      sizes_.erase(it);
+    }
+    current_.fetch_sub(n);
+  }
+  std::mutex mutex_;
+  std::unordered_map<void*, int64_t> sizes_;
+  std::atomic<int64_t> current_{0}, peak_{0};
+};
+#endif
+
+// Makes CPU tensors created from now on counted (see CpuTensorCounter).
+// Returns false where this LibTorch cannot count them.
+inline bool InstallCpuTensorCounter() {
+#if !LLMPLAN_TORCH_AT_LEAST(2, 0)
+  static const bool installed = [] {
+    c10::SetCPUAllocator(&CpuTensorCounter::Get(), /*priority=*/100);
+    return true;
+  }();
+  return installed;
 #else
-  (void)device;
+  return false;
 #endif
 }
 
-// Peaks since the last ResetMemoryPeaks. On CPU (or a build without CUDA
-// headers) both are the process's peak resident set size, which includes
-// everything, not only tensors: `source` says so.
-inline MemoryPeaks ReadMemoryPeaks(const at::Device& device, int64_t process_peak_rss_bytes) {
-  MemoryPeaks peaks;
+inline void ResetMemoryPeaks(const at::Device& device) {
+#ifdef LLMPLAN_WITH_CUDA
+  if (device.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index() < 0 ? 0 : device.index());
+    return;
+  }
+#endif
+  (void)device;
+#if !LLMPLAN_TORCH_AT_LEAST(2, 0)
+  CpuTensorCounter::Get().ResetPeak();
+#endif
+}
+
+// The statistics of `device` (see MemoryStats). On a CPU without the tensor
+// counter all four are `process_peak_rss_bytes`, and `source` says so.
+inline MemoryStats ReadMemoryStats(const at::Device& device, int64_t process_peak_rss_bytes) {
+  MemoryStats m;
 #ifdef LLMPLAN_WITH_CUDA
   if (device.is_cuda()) {
     auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index());
     // Index 0 is StatType::AGGREGATE in every version (the enum moved namespaces in 2.x).
-    peaks.allocated = stats.allocated_bytes[0].peak;
-    peaks.reserved = stats.reserved_bytes[0].peak;
-    peaks.source = "cuda_caching_allocator";
-    return peaks;
+    m.allocated = stats.allocated_bytes[0].current;
+    m.reserved = stats.reserved_bytes[0].current;
+    m.peak_allocated = stats.allocated_bytes[0].peak;
+    m.peak_reserved = stats.reserved_bytes[0].peak;
+    m.source = "cuda_caching_allocator";
+    return m;
   }
-#else
-  (void)device;
 #endif
-  peaks.allocated = process_peak_rss_bytes;
-  peaks.reserved = process_peak_rss_bytes;
-  peaks.source = "process_peak_rss";
-  return peaks;
+  (void)device;
+#if !LLMPLAN_TORCH_AT_LEAST(2, 0)
+  if (InstallCpuTensorCounter()) {
+    const CpuTensorCounter& c = CpuTensorCounter::Get();
+    m.allocated = m.reserved = c.current();
+    m.peak_allocated = m.peak_reserved = c.peak();
+    m.source = "cpu_tensor_bytes";
+    return m;
+  }
+#endif
+  m.allocated = m.reserved = m.peak_allocated = m.peak_reserved = process_peak_rss_bytes;
+  m.source = "process_peak_rss";
+  return m;
 }
 
 // ---------------------------------------------------------------------------
@@ -191,80 +283,55 @@ inline void MaterializeStorage(const at::Tensor& tensor, size_t nbytes) {
 // ---------------------------------------------------------------------------
 // Timing
 
-// Times many operations of one step without stalling the device: on CUDA it
-// records an event pair per op on the current stream and reads them all after
-// one synchronize at the end of the step (a host wall clock would only measure
-// kernel launches). On CPU ops run synchronously, so wall time is exact.
-class OpTimer {
+// A moment on the current stream of a device, for measuring where an op ran:
+// on CUDA a timing event recorded on the current stream (the host never
+// waits for it until Seconds), on the CPU the host clock (ops are synchronous).
+class StreamMark {
  public:
-  explicit OpTimer(const at::Device& device) : device_(device) {}
-  OpTimer(const OpTimer&) = delete;
-  OpTimer& operator=(const OpTimer&) = delete;
+  StreamMark() = default;
+  StreamMark(const StreamMark&) = delete;
+  StreamMark& operator=(const StreamMark&) = delete;
 
-  // REQUIRES: slots are numbered 0..n-1; Start(i) before Stop(i).
-  void Start(int slot) {
-    Grow(slot);
+  void Record(const at::Device& device) {
 #ifdef LLMPLAN_WITH_CUDA
-    if (device_.is_cuda()) {
-      start_events_[slot].record(at::cuda::getCurrentCUDAStream(device_.index()));
+    if (device.is_cuda()) {
+      if (!event_) event_ = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);  // timing enabled
+      event_->record(at::cuda::getCurrentCUDAStream(device.index()));
+      on_device_ = true;
       return;
     }
 #endif
-    start_wall_[slot] = std::chrono::steady_clock::now();
+    (void)device;
+    host_ = std::chrono::steady_clock::now();
+    on_device_ = false;
   }
-  void Stop(int slot) {
+  // Seconds from `start` (recorded on the same device, maybe another stream)
+  // to this mark. REQUIRES: both recorded and, on CUDA, this one completed.
+  double SecondsSince(const StreamMark& start) const {
 #ifdef LLMPLAN_WITH_CUDA
-    if (device_.is_cuda()) {
-      stop_events_[slot].record(at::cuda::getCurrentCUDAStream(device_.index()));
-      used_[slot] = true;
-      return;
-    }
+    if (on_device_) return start.event_->elapsed_time(*event_) / 1000.0;
 #endif
-    seconds_[slot] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_wall_[slot]).count();
-    used_[slot] = true;
+    return std::chrono::duration<double>(host_ - start.host_).count();
   }
-  // Waits for the device, then returns seconds per slot (0 for slots not
-  // timed since the last call) and clears them.
-  std::vector<double> Collect() {
+  // Waits for the mark on the host (no-op on the CPU).
+  void Synchronize() const {
 #ifdef LLMPLAN_WITH_CUDA
-    if (device_.is_cuda()) {
-      for (size_t i = 0; i < used_.size(); ++i) {
-        if (!used_[i]) continue;
-        stop_events_[i].synchronize();
-        seconds_[i] = start_events_[i].elapsed_time(stop_events_[i]) / 1000.0;
-      }
-    }
+    if (on_device_) event_->synchronize();
 #endif
-    std::vector<double> out = seconds_;
-    for (size_t i = 0; i < used_.size(); ++i) {
-      if (!used_[i]) out[i] = 0;
-      used_[i] = false;
-    }
-    return out;
+  }
+  // The CUDA event (a cudaEvent_t) when recorded on a GPU, else null.
+  void* cuda_event() const {
+#ifdef LLMPLAN_WITH_CUDA
+    if (on_device_) return static_cast<void*>(event_->event());
+#endif
+    return nullptr;
   }
 
  private:
-  void Grow(int slot) {
-    const size_t n = static_cast<size_t>(slot) + 1;
-    if (seconds_.size() >= n) return;
-    seconds_.resize(n, 0.0);
-    used_.resize(n, false);
-    start_wall_.resize(n);
+  bool on_device_ = false;
+  std::chrono::steady_clock::time_point host_;
 #ifdef LLMPLAN_WITH_CUDA
-    // Timing events (the default CUDAEvent flags disable timing).
-    while (start_events_.size() < n) {
-      start_events_.emplace_back(cudaEventDefault);
-      stop_events_.emplace_back(cudaEventDefault);
-    }
-#endif
-  }
-
-  at::Device device_;
-  std::vector<double> seconds_;
-  std::vector<bool> used_;
-  std::vector<std::chrono::steady_clock::time_point> start_wall_;
-#ifdef LLMPLAN_WITH_CUDA
-  std::vector<at::cuda::CUDAEvent> start_events_, stop_events_;
+  std::unique_ptr<at::cuda::CUDAEvent> event_;
 #endif
 };
 

@@ -1,7 +1,5 @@
 #include "executor/trainer.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -22,8 +20,11 @@
 #include "executor/host_memory.h"
 #include "executor/model/llama_model.h"
 #include "executor/optimizer/adamw.h"
+#include "executor/shard_model.h"
+#include "executor/step_interpreter.h"
+#include "executor/step_recorder.h"
 #include "executor/torch_compat.h"
-#include "executor/train_step.h"
+#include "planner/estimate.h"
 #include "planner/hardware_profile.h"
 #include "planner/step_program.h"
 #include "planner/user_error.h"
@@ -56,12 +57,6 @@ at::Device ParseDevice(std::string name, const DistributedEnv& env) {
     return d.has_index() ? d : at::Device(at::kCUDA, 0);
   }
   throw UserError("unknown device '" + name + "': use cpu or cuda[:N]");
-}
-
-int64_t ProcessPeakRssBytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 // The profile gives the MFU denominator and the program's memory constants.
@@ -152,6 +147,9 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   if (device.is_cuda()) c10::cuda::set_device(device.index());
 #endif
   const bool rank0 = env.rank == 0;
+  // CPU tensors are counted from here on, so a CPU run reports the bytes its
+  // tensors hold (as the caching allocator does on a GPU), not the RSS.
+  if (!device.is_cuda()) compat::InstallCpuTensorCounter();
   ProcessGroups groups;
   std::unique_ptr<CollectiveWatchdog> watchdog;
   StepComms comms;
@@ -160,7 +158,8 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     groups = ConnectProcessGroups(env, plan.shard_group_size, /*use_nccl=*/device.is_cuda(), device, timeout);
     HealthCheck(groups);  // every group answers before any training
     watchdog = std::make_unique<CollectiveWatchdog>(env.rank, timeout, groups.All());
-    comms = StepComms{groups.shard.get(), groups.replica.get(), groups.world.get(), watchdog.get()};
+    comms = StepComms{groups.shard.get(), groups.shard_reduce.get(), groups.replica.get(), groups.world.get(),
+                      watchdog.get()};
   }
 
   // --- model, parameters (sharded over the shard group), optimizer, step program ---
@@ -174,10 +173,11 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   const HardwareProfile profile = ProfileOrDefault(plan.profile, config.progress && rank0);
   StepInterpreter step(plan, model, units, optimizer, BuildStepProgram(plan, profile), device, comms);
 
-  MetricsLog log(rank0 ? config.run_dir : std::string(), config.steps, config.progress && rank0);
-  log.WriteProgram(step.program());
+  MetricsLog log(rank0 ? config.run_dir : std::string(), config.steps, config.progress && rank0,
+                 device.is_cuda() ? "GPU" : "rank");
+  log.WritePlanAndProgram(plan, step.program());
   const double peak_flops = profile.bf16_peak_flops;
-  const double model_flops = ModelFlopsPerToken(plan), hardware_flops = HardwareFlopsPerToken(plan);
+  const double model_flops = plan.model.ModelFlopsPerToken(plan.seq_len), hardware_flops = HardwareFlopsPerToken(plan);
 
   RunSummary summary;
   summary.device = device.str();
@@ -193,7 +193,6 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     for (int64_t mb = 0; mb < plan.grad_accum; ++mb) micro_batches.push_back(data.Next());
     const double data_s = SecondsSince(step_start);
 
-    compat::ResetMemoryPeaks(device);
     StepResult r = step.Run(micro_batches);  // returns after the device finished the step
     const double step_s = SecondsSince(step_start);
     if (!std::isfinite(r.loss))
@@ -201,7 +200,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
                                ": training diverged (lower --lr or raise warmup_steps)");
 
     StepMetrics m;
-    m.step = optimizer.state().step - 1;
+    m.step = optimizer.state().step;
     m.loss = r.loss;
     m.lr = r.lr;
     m.grad_norm = r.grad_norm;
@@ -210,10 +209,10 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     m.tokens_per_s_per_gpu = m.tokens_per_s / plan.gpus;
     m.mfu = peak_flops > 0 ? m.tokens_per_s_per_gpu * model_flops / peak_flops : 0;
     m.hfu = peak_flops > 0 ? m.tokens_per_s_per_gpu * hardware_flops / peak_flops : 0;
-    const compat::MemoryPeaks peaks = compat::ReadMemoryPeaks(device, ProcessPeakRssBytes());
-    m.peak_allocated_bytes = peaks.allocated;
-    m.peak_reserved_bytes = peaks.reserved;
-    m.memory_source = peaks.source;
+    const StepMeasurement& measured = r.measurement;
+    m.peak_allocated_bytes = measured.peak_allocated;
+    m.peak_reserved_bytes = measured.peak_reserved;
+    m.memory_source = measured.memory_source;
     m.data_s = data_s;
     m.forward_s = r.forward_s;
     m.recompute_s = r.recompute_s;
@@ -222,12 +221,13 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     m.comm_s = r.comm_s;
     m.step_s = step_s;
     m.data_position = data.position();
-    log.LogStep(m, r.op_seconds);
+    log.LogStep(m, measured);
+    if (s + 1 == config.steps) log.WriteTrace(step.program(), measured);
 
     summary.losses.push_back(r.loss);
-    summary.peak_allocated_bytes = std::max(summary.peak_allocated_bytes, peaks.allocated);
-    summary.peak_reserved_bytes = std::max(summary.peak_reserved_bytes, peaks.reserved);
-    summary.memory_source = peaks.source;
+    summary.peak_allocated_bytes = std::max(summary.peak_allocated_bytes, measured.peak_allocated);
+    summary.peak_reserved_bytes = std::max(summary.peak_reserved_bytes, measured.peak_reserved);
+    summary.memory_source = measured.memory_source;
     // The first step pays for allocator warm-up and kernel selection: leave it
     // out of the throughput means whenever there is another step.
     if (s > 0 || config.steps == 1) {

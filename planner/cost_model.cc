@@ -20,6 +20,10 @@ double CostModel::Seconds(const StepOp& op) const {
     case OpKind::kForward:
     case OpKind::kRecompute:
     case OpKind::kBackward:
+    case OpKind::kAccumulateShard:
+    case OpKind::kLocalReduce:
+    case OpKind::kGradNorm:
+    case OpKind::kClipGradients:
     case OpKind::kOptimizerStep: return ComputeSeconds(w);
     case OpKind::kRelease: return 0;
     case OpKind::kAllGather:
@@ -28,10 +32,26 @@ double CostModel::Seconds(const StepOp& op) const {
       return profile_.CollectiveSeconds(w.collective, w.collective_bytes, w.group_size, w.spans_nodes);
     case OpKind::kReduceScatter:
     case OpKind::kAllReduce:
+    case OpKind::kAllReduceGradNorm:
+    case OpKind::kAllReduceLoss:
       return profile_.CollectiveSeconds(w.collective, w.collective_bytes, w.group_size, w.spans_nodes);
     case OpKind::kCopyToDevice: return w.copy_bytes / profile_.host_to_device_bytes_per_s;
     case OpKind::kCopyToHost: return w.copy_bytes / profile_.device_to_host_bytes_per_s;
     case OpKind::kCpuOptimizerStep: return w.cpu_adam_params / profile_.cpu_adam_params_per_s;
+  }
+  return 0;
+}
+
+double CostModel::IssueSeconds(const StepOp& op) const {
+  switch (op.stream) {
+    case StreamKind::kCpu: return 0;
+    case StreamKind::kCompute:
+      if (op.kind == OpKind::kRelease) return 0;  // a pointer handed back to the allocator
+      return std::max(1, op.work.launches) * profile_.kernel_launch_s;
+    case StreamKind::kGather:
+    case StreamKind::kReduce:
+    case StreamKind::kHostToDevice:
+    case StreamKind::kDeviceToHost: return profile_.kernel_launch_s;
   }
   return 0;
 }

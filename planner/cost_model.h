@@ -16,6 +16,10 @@ class CostModel {
   // Seconds for `op` with the device to itself.
   double Seconds(const StepOp& op) const;
 
+  // Host seconds to issue `op`: its kernel launches (a collective or a copy
+  // is one). Zero for host work, which HostBlocks() accounts for instead.
+  double IssueSeconds(const StepOp& op) const;
+
   // GEMMs at the shape-dependent efficiency, attention at the measured rate,
   // memory-bound kernels at a fraction of HBM bandwidth; never below the
   // host's cost of launching the kernels.

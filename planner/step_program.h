@@ -1,10 +1,24 @@
 // StepProgram: the operations of one optimizer step on one GPU, in the order
-// they are issued, each on a stream, with explicit dependencies and the device
-// memory each allocates and frees. Built by one function from (plan, model);
-// interpreted twice: by the simulator (durations from the cost model, virtual
-// streams) and by the executor (real CUDA streams and NCCL, or Gloo on CPU).
-// Because both run the same program, every measured operation has a predicted
-// twin with the same `id` and `name`.
+// the host issues them, each on a stream, with explicit dependencies and the
+// device memory each allocates and frees. Built by one function from (plan,
+// profile); interpreted twice: by the simulator (durations from the cost
+// model, virtual streams) and by the executor (real CUDA streams and NCCL, or
+// Gloo on CPU). Both perform exactly these operations and no others, so every
+// measured operation has a predicted twin with the same `id` and `name`.
+//
+// The ordering rule, implemented by both interpreters:
+//   1. The host issues the ops in list order.
+//   2. Each stream runs its ops in list order, one at a time.
+//   3. An op starts once the host has issued it, its stream is free and every
+//      op in `deps` has finished.
+//   4. Host work blocks the host: an op that HostBlocks() (CPU-stream work, an
+//      op that reads a device value on the host, and on a CPU device every
+//      compute op) holds the host until it ends, so nothing after it in the
+//      list is issued before then. Issuing takes the host
+//      CostModel::IssueSeconds per op (kernel launches).
+//   5. A collective or copy waits for the compute work issued before it (its
+//      stream waits on an event recorded on the compute stream when it is
+//      issued): the builder writes that as a dep, so rule 3 covers it.
 //
 // Ranks are symmetric (every GPU runs the same program on its own shard), so
 // one program describes all of them.
@@ -23,9 +37,9 @@ namespace llmplan {
 // program order; operations on different streams overlap unless a dependency
 // orders them.
 enum class StreamKind {
-  kCompute,       // forward, backward, recompute, loss, GPU optimizer
+  kCompute,       // forward, backward, recompute, loss, gradient sums, GPU optimizer
   kGather,        // all-gathers of parameters (prefetched ahead of compute)
-  kReduce,        // reduce-scatters / all-reduces of gradients
+  kReduce,        // reduce-scatters / all-reduces of gradients, the norm and the loss
   kHostToDevice,  // pinned host -> device copies (offload)
   kDeviceToHost,  // device -> pinned host copies (offload)
   kCpu,           // CPU optimizer (offload)
@@ -34,19 +48,36 @@ constexpr int kNumStreams = 6;
 std::string StreamName(StreamKind s);
 
 enum class OpKind {
-  kAllGather,      // gather unit's bf16 params from the shard group
-  kForward,        // forward of a unit (embedding, block, head+loss)
+  kAllGather,      // gather unit's bf16 params from the shard group (one GPU: cast the fp32 master)
+  kForward,        // forward of a unit (embedding, block, head+loss); a block that has a
+                   // recompute op for this micro-batch keeps only its input
   kRecompute,      // re-run a checkpointed block's forward before its backward
-  kBackward,       // backward of a unit
-  kRelease,        // free gathered params / activations (zero duration; memory event)
-  kReduceScatter,  // gradients to their owners within the shard group
-  kAllReduce,      // gradients across replica groups (no_shard, hybrid) or the grad norm
+  kBackward,       // backward of a unit into its unsharded compute-dtype gradient
+  kRelease,        // free gathered params (zero duration; memory event)
+  kReduceScatter,  // gradients to their owners within the shard group, into a temporary shard
+  kAccumulateShard,  // grad shard += reduced shard / shard group size (x gradient_scale); frees the temporaries
+  kLocalReduce,    // unsharded unit: fp32 grad += compute-dtype grad (x gradient_scale); frees the latter
+  kAllReduce,      // a unit's fp32 gradient shard summed across the replica group (no_shard, hybrid)
+  kGradNorm,       // sum of squares of this rank's gradient shards (a device scalar)
+  kAllReduceGradNorm,  // that scalar summed over the shard group
+  kClipGradients,  // the host reads the norm; gradients scaled when it exceeds the limit
+  kAllReduceLoss,  // the step's summed loss over every rank (the reported mean)
   kCopyToDevice,   // offload: params / gradients host -> device
   kCopyToHost,     // offload: gradients device -> host
   kOptimizerStep,  // AdamW on this rank's fp32 shard of a unit (GPU)
   kCpuOptimizerStep,  // AdamW on the host (offload)
 };
+constexpr int kNumOpKinds = 17;
 std::string OpKindName(OpKind k);
+
+// The process group a collective runs in (see executor/comm/process_groups.h).
+enum class CommGroup {
+  kNone,     // not a collective
+  kShard,    // the plan.shard_group_size ranks sharing one copy of the state
+  kReplica,  // the plan.ReplicaGroups() ranks holding the same shard
+  kWorld,    // every rank
+};
+std::string CommGroupName(CommGroup g);
 
 // Where the bytes of a memory event belong, for the memory breakdown.
 enum class MemoryCategory {
@@ -88,14 +119,22 @@ struct StepOp {
   int id = 0;
   OpKind kind = OpKind::kForward;
   StreamKind stream = StreamKind::kCompute;
+  CommGroup group = CommGroup::kNone;  // collectives: the group it runs in
   int unit = -1;         // -1: not about one unit
   int micro_batch = -1;  // -1: once per step
-  std::string name;      // e.g. "fwd block 3 mb 0", unique within the program
+  std::string name;      // e.g. "forward block 3 mb 0", unique within the program
   std::vector<int> deps;  // ids of earlier ops that must finish before this one starts
+  // kAccumulateShard / kLocalReduce: the fp32 gradient is multiplied by this
+  // after the add (1/R before a replica all-reduce, so the sum is the mean).
+  double gradient_scale = 1.0;
   OpWork work;
   std::vector<MemoryDelta> alloc_at_start;  // allocated when the op starts
   std::vector<MemoryDelta> free_at_end;     // freed when it ends (negative bytes)
 };
+
+// Rule 4 above: does `op` hold the host until it ends? `cpu_device`: the
+// compute stream is the host itself (LibTorch's CPU kernels run synchronously).
+bool HostBlocks(const StepOp& op, bool cpu_device);
 
 // A unit is what is gathered, computed and released as one: the embedding,
 // each transformer block, and the head (final norm + lm_head + loss).
@@ -131,7 +170,6 @@ struct StepProgram {
   std::vector<StepOp> ops;  // a valid issue order: deps always point backwards
   PersistentMemory persistent;
   HostMemory host;
-  int64_t tokens_per_micro_batch = 0;  // on this GPU
   int micro_batches = 0;
 
   int BlockUnit(int layer) const { return layer + 1; }
@@ -139,7 +177,9 @@ struct StepProgram {
 };
 
 // Builds the program of one optimizer step for `plan` (which names its model).
-// `profile` supplies topology (does a group span nodes?) and memory constants.
+// `profile` supplies topology (does a group span nodes?), memory constants
+// and the device kind. The ops come in issue order: each all-gather as early
+// as its deps allow, so it overlaps the compute before it.
 // REQUIRES: plan.Validate() passes.
 StepProgram BuildStepProgram(const Plan& plan, const HardwareProfile& profile);
 

@@ -60,8 +60,12 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
     double d = sim.ops[op.id].end - sim.ops[op.id].start;
     switch (op.kind) {
       case OpKind::kForward: fwd += d; break;
-      case OpKind::kBackward: bwd += d; break;
+      case OpKind::kBackward:
+      case OpKind::kAccumulateShard:
+      case OpKind::kLocalReduce: bwd += d; break;
       case OpKind::kRecompute: recompute += d; break;
+      case OpKind::kGradNorm:
+      case OpKind::kClipGradients:
       case OpKind::kOptimizerStep: opt += d; break;
       default: break;
     }

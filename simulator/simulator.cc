@@ -32,8 +32,12 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
   for (const auto& op : ops) streams[static_cast<int>(op.stream)].queue.push_back(op.id);
 
   std::vector<char> done(n, 0);
-  std::vector<double> duration(n);
-  for (size_t i = 0; i < n; ++i) duration[i] = cost.Seconds(ops[i]);
+  std::vector<double> duration(n), issue_seconds(n);
+  for (size_t i = 0; i < n; ++i) {
+    duration[i] = cost.Seconds(ops[i]);
+    issue_seconds[i] = cost.IssueSeconds(ops[i]);
+  }
+  const bool cpu_device = cost.profile().device_kind == "cpu";
 
   const double slowdown = cost.profile().compute_slowdown_during_collectives;
   const bool shared_link = cost.profile().copies_share_link;
@@ -41,6 +45,23 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
   double in_use = 0;
   double now = 0;
   size_t finished = 0;
+
+  // The host (rule 1 and 4 of step_program.h): it issues ops in list order,
+  // IssueSeconds each, and stops after an op that HostBlocks until that op ends.
+  constexpr double kInfinity = std::numeric_limits<double>::infinity();
+  std::vector<double> issued_at(n, kInfinity);
+  size_t next_issue = 0;
+  double host_time = 0;
+  int host_blocked_by = -1;
+  auto host_can_issue = [&] { return next_issue < n && host_blocked_by < 0; };
+  auto issue = [&] {
+    while (host_can_issue() && host_time <= now) {
+      const StepOp& op = ops[next_issue++];
+      issued_at[op.id] = host_time;
+      host_time += issue_seconds[op.id];
+      if (HostBlocks(op, cpu_device)) host_blocked_by = op.id;
+    }
+  };
 
   auto apply = [&](const std::vector<MemoryDelta>& deltas) {
     if (deltas.empty()) return;
@@ -56,6 +77,7 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
     if (options.record_timeline) r.timeline.push_back({now, in_use});
   };
   auto ready = [&](int id) {
+    if (issued_at[id] > now) return false;
     for (int d : ops[id].deps)
       if (!done[d]) return false;
     return true;
@@ -67,6 +89,10 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
     done[id] = 1;
     ++finished;
     s.running = -1;
+    if (id == host_blocked_by) {
+      host_blocked_by = -1;
+      host_time = std::max(host_time, now);
+    }
   };
 
   // Exposed communication: integrate time where some communication runs and
@@ -78,6 +104,9 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
     bool progressed = true;
     while (progressed) {
       progressed = false;
+      const size_t issued_before = next_issue;
+      issue();
+      progressed |= next_issue != issued_before;
       for (auto& s : streams) {
         if (s.running >= 0 || s.next >= s.queue.size()) continue;
         int id = s.queue[s.next];
@@ -104,7 +133,8 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
       compute_running |= kind == StreamKind::kCompute;
     }
     std::array<double, kNumStreams> rate{};
-    double dt = std::numeric_limits<double>::infinity();
+    double dt = kInfinity;
+    if (host_can_issue()) dt = host_time - now;  // the host's next issue
     for (int k = 0; k < kNumStreams; ++k) {
       if (streams[k].running < 0) continue;
       auto kind = static_cast<StreamKind>(k);
@@ -116,6 +146,7 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
       dt = std::min(dt, streams[k].remaining / v);
     }
     if (!std::isfinite(dt)) throw std::logic_error("simulator: step program deadlocked (an op waits on one never run)");
+    dt = std::max(dt, 0.0);
     now += dt;
     if (comm_running && !compute_running) exposed += dt;
     for (int k = 0; k < kNumStreams; ++k) {

@@ -17,7 +17,13 @@ const char* KindColor(OpKind k) {
     case OpKind::kRecompute: return "#e15759";
     case OpKind::kAllGather: return "#59a14f";
     case OpKind::kReduceScatter: return "#b07aa1";
-    case OpKind::kAllReduce: return "#9c755f";
+    case OpKind::kAllReduce:
+    case OpKind::kAllReduceGradNorm:
+    case OpKind::kAllReduceLoss: return "#9c755f";
+    case OpKind::kAccumulateShard:
+    case OpKind::kLocalReduce: return "#d37295";
+    case OpKind::kGradNorm:
+    case OpKind::kClipGradients:
     case OpKind::kOptimizerStep: return "#edc948";
     case OpKind::kCpuOptimizerStep: return "#bab0ac";
     case OpKind::kCopyToDevice: return "#76b7b2";

@@ -50,13 +50,13 @@ void ChromeTrace::Write(const std::string& path) const {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw UserError("cannot move trace into '" + path + "'");
 }
 
-ChromeTrace PredictedTrace(const StepProgram& program, const SimulationResult& sim, double persistent_bytes, int pid,
-                           const std::string& process) {
+ChromeTrace StepTrace(const StepProgram& program, const std::vector<OpTiming>& ops,
+                      const std::vector<MemorySample>& memory, int pid, const std::string& process) {
   ChromeTrace trace(pid, process);
   for (int s = 0; s < kNumStreams; ++s) trace.NameTrack(s, StreamName(static_cast<StreamKind>(s)));
   for (const auto& op : program.ops) {
     if (op.kind == OpKind::kRelease) continue;  // zero-length memory events
-    const OpTiming& t = sim.ops[op.id];
+    const OpTiming& t = ops.at(op.id);
     nlohmann::json args = {{"op", op.id}, {"kind", OpKindName(op.kind)}};
     if (op.unit >= 0) args["unit"] = op.unit;
     if (op.micro_batch >= 0) args["micro_batch"] = op.micro_batch;
@@ -65,10 +65,15 @@ ChromeTrace PredictedTrace(const StepProgram& program, const SimulationResult& s
     trace.AddSpan(static_cast<int>(op.stream), op.name, OpKindName(op.kind), t.start, t.end, std::move(args));
   }
   constexpr double kGiB = 1024.0 * 1024 * 1024;
-  trace.AddCounter("memory allocated (GiB)", 0, persistent_bytes / kGiB);
-  for (const auto& sample : sim.timeline)
-    trace.AddCounter("memory allocated (GiB)", sample.time, (persistent_bytes + sample.bytes) / kGiB);
+  for (const auto& sample : memory) trace.AddCounter("memory allocated (GiB)", sample.time, sample.bytes / kGiB);
   return trace;
+}
+
+ChromeTrace PredictedTrace(const StepProgram& program, const SimulationResult& sim, double persistent_bytes, int pid,
+                           const std::string& process) {
+  std::vector<MemorySample> memory = {{0, persistent_bytes}};
+  for (const auto& sample : sim.timeline) memory.push_back({sample.time, persistent_bytes + sample.bytes});
+  return StepTrace(program, sim.ops, memory, pid, process);
 }
 
 }  // namespace llmplan

@@ -39,9 +39,18 @@ class ChromeTrace {
   nlohmann::json events_ = nlohmann::json::array();
 };
 
-// The predicted trace of a simulated program: one track per stream, spans
-// named after the ops, and a "memory (GiB)" counter including the persistent
-// bytes. REQUIRES: sim was run with record_timeline for the counter.
+// One step of `program` as a trace: a track per stream (named by
+// StreamName), a span per op at `ops[op.id]` (zero-length releases skipped),
+// and a "memory allocated (GiB)" counter from `memory` (device bytes in use,
+// persistent ones included). Predicted and measured traces are both made by
+// it, so they have the same tracks and names.
+// REQUIRES: ops.size() == program.ops.size().
+ChromeTrace StepTrace(const StepProgram& program, const std::vector<OpTiming>& ops,
+                      const std::vector<MemorySample>& memory, int pid, const std::string& process);
+
+// The predicted trace of a simulated program (StepTrace of its simulation),
+// with the persistent bytes added to the simulated memory timeline.
+// REQUIRES: sim was run with record_timeline for the counter.
 ChromeTrace PredictedTrace(const StepProgram& program, const SimulationResult& sim, double persistent_bytes,
                            int pid = 1, const std::string& process = "predicted");
 

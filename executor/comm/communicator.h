@@ -16,11 +16,26 @@
 
 #include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include <ATen/core/Tensor.h>
 
 namespace llmplan::executor {
+
+// The start of a step's measurement, to place collectives on its timeline.
+struct StepClock {
+  std::chrono::steady_clock::time_point host_start;  // the host clock at the step's start
+  // CUDA builds: a timing cudaEvent_t recorded on the compute stream at that
+  // moment (the host waited for it, so both clocks start together); null on CPU.
+  void* device_start_event = nullptr;
+};
+
+// Where a collective ran, in seconds since a StepClock's start.
+struct CollectiveSpan {
+  double start_s = 0;
+  double end_s = 0;
+};
 
 class CollectiveWork {
  public:
@@ -36,6 +51,14 @@ class CollectiveWork {
   // guaranteed in the caller's tensors after Wait() (the Gloo emulations copy
   // them there in Wait()).
   virtual bool Done() = 0;
+  // When the collective ran: on a GPU, timing events recorded on the
+  // communicator's own stream just before and after its kernel (so queueing
+  // behind other collectives is not counted as its time); on the CPU, the
+  // host clock at issue and when completion was first seen (Wait, or Done
+  // returning true).
+  // REQUIRES: the collective finished (Wait returned, or Done() is true);
+  // `clock` was taken before it was issued, on the same device.
+  virtual CollectiveSpan Span(const StepClock& clock) = 0;
 };
 
 // A collective failed or timed out. what() names the operation, the rank and

@@ -4,6 +4,7 @@
 #include "executor/comm/gloo_communicator.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <utility>
@@ -25,10 +26,12 @@ std::string FirstLine(const std::string& text) { return text.substr(0, text.find
 
 class GlooWork : public CollectiveWork {
  public:
+  using Clock = std::chrono::steady_clock;
   // `finish` runs once, in Wait(), after the collective succeeded: it moves
   // the result from a staging buffer into the caller's tensor.
-  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string description)
-      : work_(std::move(work)), finish_(std::move(finish)), description_(std::move(description)) {}
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string description,
+           Clock::time_point issued)
+      : work_(std::move(work)), finish_(std::move(finish)), description_(std::move(description)), issued_(issued) {}
 
   void Wait() override {
     if (waited_) return;
@@ -37,16 +40,37 @@ class GlooWork : public CollectiveWork {
     } catch (const std::exception& e) {
       throw CollectiveError(description_ + " failed: " + FirstLine(e.what()));
     }
+    SeenDone();
     if (finish_) finish_();
     waited_ = true;
   }
 
-  bool Done() override { return work_->isCompleted(); }
+  bool Done() override {
+    if (!work_->isCompleted()) return false;
+    SeenDone();
+    return true;
+  }
+
+  CollectiveSpan Span(const StepClock& clock) override {
+    auto since = [&](Clock::time_point t) { return std::chrono::duration<double>(t - clock.host_start).count(); };
+    const int64_t done = done_ns_.load();
+    const Clock::time_point end = done != 0 ? Clock::time_point(Clock::duration(done)) : Clock::now();
+    return {since(issued_), since(end)};
+  }
 
  private:
+  // The first moment completion was observed (the watchdog's thread may be
+  // the one that sees it).
+  void SeenDone() {
+    int64_t expected = 0;
+    done_ns_.compare_exchange_strong(expected, Clock::now().time_since_epoch().count());
+  }
+
   c10::intrusive_ptr<c10d::Work> work_;
   std::function<void()> finish_;
   std::string description_;
+  Clock::time_point issued_;
+  std::atomic<int64_t> done_ns_{0};
   bool waited_ = false;
 };
 
@@ -147,13 +171,14 @@ class GlooCommunicator : public Communicator {
                                         const std::function<c10::intrusive_ptr<c10d::Work>()>& start,
                                         std::function<void()> finish) {
     if (aborted_) throw CollectiveError(description + ": the communicator was aborted");
+    const auto issued = std::chrono::steady_clock::now();
     c10::intrusive_ptr<c10d::Work> work;
     try {
       work = start();
     } catch (const std::exception& e) {
       throw CollectiveError(description + " could not start: " + FirstLine(e.what()));
     }
-    return std::make_unique<GlooWork>(std::move(work), std::move(finish), description);
+    return std::make_unique<GlooWork>(std::move(work), std::move(finish), description, issued);
   }
 
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;

@@ -42,11 +42,14 @@ void CheckCuda(cudaError_t status, const std::string& description, const char* c
   }
 }
 
-// Owns one CUDA event without timing (timing events cost a timestamp write
-// each; these only order streams).
+// Owns one CUDA event. Events that only order streams skip timing (a timing
+// event costs a timestamp write); a collective's start and done events time it.
 class Event {
  public:
-  Event() { CheckCuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "NCCL work", "cudaEventCreate"); }
+  explicit Event(bool timing = false) {
+    CheckCuda(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming), "NCCL work",
+              "cudaEventCreate");
+  }
   ~Event() { cudaEventDestroy(event_); }  // deferred by CUDA until the event has completed
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
@@ -67,13 +70,24 @@ class NcclWork : public CollectiveWork {
     // cudaEventQuery never blocks the host; thread-safe (the watchdog calls it).
     return cudaEventQuery(done_.get()) == cudaSuccess;
   }
+  CollectiveSpan Span(const StepClock& clock) override {
+    auto since = [&](cudaEvent_t e) {
+      float ms = 0;
+      CheckCuda(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(clock.device_start_event), e), description_,
+                "cudaEventElapsedTime");
+      return ms / 1000.0;
+    };
+    if (clock.device_start_event == nullptr) return {};
+    return {since(start_.get()), since(done_.get())};
+  }
+  cudaEvent_t start_event() const { return start_.get(); }
   cudaEvent_t done_event() const { return done_.get(); }
 
  private:
   NcclCommunicator* owner_;
   std::string description_;
   at::DeviceIndex device_;
-  Event done_;
+  Event start_{/*timing=*/true}, done_{/*timing=*/true};
 };
 
 class NcclCommunicator : public Communicator {
@@ -205,6 +219,8 @@ class NcclCommunicator : public Communicator {
     CheckCuda(cudaEventRecord(ready.get(), current), description, "cudaEventRecord");
     CheckCuda(cudaStreamWaitEvent(stream_, ready.get(), 0), description, "cudaStreamWaitEvent");
 
+    auto work = std::make_unique<NcclWork>(this, description, device_.index());
+    CheckCuda(cudaEventRecord(work->start_event(), stream_), description, "cudaEventRecord");
     ncclResult_t result = launch(comm_, stream_);
     if (result == ncclInProgress) result = AwaitNonBlocking(description);
     if (result != ncclSuccess) {
@@ -215,7 +231,6 @@ class NcclCommunicator : public Communicator {
     const c10::cuda::CUDAStream nccl_stream = c10::cuda::getStreamFromExternal(stream_, device_.index());
     for (const at::Tensor& t : tensors) compat::RecordStreamUse(t, nccl_stream);
 
-    auto work = std::make_unique<NcclWork>(this, description, device_.index());
     CheckCuda(cudaEventRecord(work->done_event(), stream_), description, "cudaEventRecord");
     return work;
   }

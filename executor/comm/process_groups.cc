@@ -168,11 +168,14 @@ ProcessGroups ConnectProcessGroups(const DistributedEnv& env, int shard_group_si
   const bool loopback = IsLoopback(env.master_addr);
   const int g = groups.shard_group_index;
   const int r = groups.replica_group_index;
-  // Every rank creates its groups in the same order (world, shard, replica):
-  // group creation is collective among the group's members.
+  // Every rank creates its groups in the same order (world, shard, shard
+  // reductions, replica): group creation is collective among the group's members.
   groups.world = Connect(groups.store, "world/", "world", env.rank, env.world_size, use_nccl, device, timeout, loopback);
   groups.shard = Connect(groups.store, "shard" + std::to_string(g) + "/", "shard group " + std::to_string(g), r,
                          shard_group_size, use_nccl, device, timeout, loopback);
+  groups.shard_reduce = Connect(groups.store, "shard_reduce" + std::to_string(g) + "/",
+                                "shard group " + std::to_string(g) + " reductions", r, shard_group_size, use_nccl,
+                                device, timeout, loopback);
   groups.replica = Connect(groups.store, "replica" + std::to_string(r) + "/", "replica group " + std::to_string(r), g,
                            env.world_size / shard_group_size, use_nccl, device, timeout, loopback);
   return groups;

@@ -5,7 +5,11 @@
 // NVLink domain when S <= GPUs per node). Each rank belongs to
 //   - the world group (all ranks),
 //   - its shard group g = rank / S: all-gathers parameters and
-//     reduce-scatters gradients of the shard it holds (FSDP / ZeRO-3),
+//     reduce-scatters gradients of the shard it holds (FSDP / ZeRO-3) —
+//     through two communicators over the same ranks, one for gathers and one
+//     for reductions, so each has its own stream and a gather prefetched for
+//     backward is not queued behind a reduce-scatter (the step program's
+//     all-gather and reduce streams),
 //   - its replica group r = rank % S: the ranks holding the same shard in
 //     other shard groups, which all-reduce that shard's gradients (HSDP).
 // S = world_size is plain fully-sharded training (replica groups of 1);
@@ -38,14 +42,15 @@ struct ProcessGroups {
   at::Device device{at::kCPU};  // where the communicators' tensors live
   c10::intrusive_ptr<c10d::Store> store;  // kept alive: rank 0 serves it
   std::unique_ptr<Communicator> world;
-  std::unique_ptr<Communicator> shard;    // size S, rank within it = rank % S
-  std::unique_ptr<Communicator> replica;  // size world_size / S, rank within it = rank / S
+  std::unique_ptr<Communicator> shard;         // size S, rank within it = rank % S: gathers
+  std::unique_ptr<Communicator> shard_reduce;  // the same ranks: reduce-scatters, the norm's all-reduce
+  std::unique_ptr<Communicator> replica;       // size world_size / S, rank within it = rank / S
 
-  // world, shard, replica (for the watchdog and for Abort).
-  std::vector<Communicator*> All() const { return {world.get(), shard.get(), replica.get()}; }
+  // world, shard, shard_reduce, replica (for the watchdog and for Abort).
+  std::vector<Communicator*> All() const { return {world.get(), shard.get(), shard_reduce.get(), replica.get()}; }
 };
 
-// Connects this rank to all others and creates its three communicators:
+// Connects this rank to all others and creates its four communicators:
 // NCCL on `device` when use_nccl (needs a CUDA build), else Gloo on the CPU.
 // Every rank must call it with the same shard_group_size and use_nccl.
 // `timeout` bounds the rendezvous (the store's timeout) and, for Gloo, every

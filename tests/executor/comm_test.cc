@@ -383,6 +383,7 @@ class FakeWork : public CollectiveWork {
  public:
   void Wait() override {}
   bool Done() override { return done; }
+  CollectiveSpan Span(const StepClock&) override { return {}; }
   std::atomic<bool> done{false};
 };
 
@@ -428,6 +429,7 @@ TEST(ProcessGroups, HealthCheckNamesRankAndGroupOfAWrongAnswerAndAborts) {
   groups.timeout = seconds(1);
   groups.world = std::make_unique<LonelyCommunicator>("world (fake)");
   groups.shard = std::make_unique<LonelyCommunicator>("shard group 2 (fake)");
+  groups.shard_reduce = std::make_unique<LonelyCommunicator>("shard group 2 reductions (fake)");
   groups.replica = std::make_unique<LonelyCommunicator>("replica group 1 (fake)");
   try {
     HealthCheck(groups);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "planner/cost_model.h"
 #include "planner/plan.h"
@@ -61,8 +62,13 @@ TEST(StepProgramTest, FullShardGathersBlocksTwicePerMicroBatch) {
   // Total gathers: (1 + 2*4 + 1) * 3 = 30; releases match gathers.
   EXPECT_EQ(Count(p, OpKind::kAllGather), (1 + 2 * kL + 1) * kAccum);
   EXPECT_EQ(Count(p, OpKind::kRelease), Count(p, OpKind::kAllGather));
-  // One replica group: the only all-reduce is the gradient-norm scalar.
-  EXPECT_EQ(Count(p, OpKind::kAllReduce), 1);
+  // One replica group: no gradient all-reduce; the norm's scalar over the
+  // shard group, the loss over the world.
+  EXPECT_EQ(Count(p, OpKind::kAllReduce), 0);
+  EXPECT_EQ(Count(p, OpKind::kAllReduceGradNorm), 1);
+  EXPECT_EQ(Count(p, OpKind::kAllReduceLoss), 1);
+  // Every reduce-scatter's shard is accumulated once.
+  EXPECT_EQ(Count(p, OpKind::kAccumulateShard), Count(p, OpKind::kReduceScatter));
   EXPECT_EQ(Count(p, OpKind::kOptimizerStep), kUnits);
   EXPECT_EQ(Count(p, OpKind::kRecompute), 0);
   for (const auto& op : p.ops)
@@ -88,8 +94,15 @@ TEST(StepProgramTest, NoShardAllReducesEachUnitOnceOnTheLastMicroBatch) {
     EXPECT_EQ(Count(p, OpKind::kAllReduce, u), 1) << "unit " << u;
     EXPECT_EQ(Count(p, OpKind::kAllReduce, u, kAccum - 1), 1) << "unit " << u << " on the last micro-batch";
   }
-  // Plus the gradient-norm scalar (unit -1).
-  EXPECT_EQ(Count(p, OpKind::kAllReduce), kUnits + 1);
+  // Shards of one GPU: no norm all-reduce; each backward's gradient is
+  // reduced locally, the last micro-batch's pre-scaled by 1/4 for the mean.
+  EXPECT_EQ(Count(p, OpKind::kAllReduce), kUnits);
+  EXPECT_EQ(Count(p, OpKind::kAllReduceGradNorm), 0);
+  EXPECT_EQ(Count(p, OpKind::kLocalReduce), kUnits * kAccum);
+  for (const auto& op : p.ops)
+    if (op.kind == OpKind::kLocalReduce) {
+      EXPECT_DOUBLE_EQ(op.gradient_scale, op.micro_batch == kAccum - 1 ? 0.25 : 1.0) << op.name;
+    }
   for (const auto& op : p.ops)
     if (op.kind == OpKind::kAllReduce && op.unit >= 0) {
       EXPECT_EQ(op.work.group_size, 4);
@@ -104,20 +117,35 @@ TEST(StepProgramTest, HybridReduceScattersEveryMicroBatchAndAllReducesOnTheLast)
     EXPECT_EQ(Count(p, OpKind::kAllReduce, u), 1);
     EXPECT_EQ(Count(p, OpKind::kAllReduce, u, kAccum - 1), 1);
   }
-  EXPECT_EQ(Count(p, OpKind::kAllReduce), kUnits + 1);
+  EXPECT_EQ(Count(p, OpKind::kAllReduce), kUnits);
   for (const auto& op : p.ops) {
-    if (op.kind == OpKind::kReduceScatter || op.kind == OpKind::kAllGather) { EXPECT_EQ(op.work.group_size, 4); }
-    if (op.kind == OpKind::kAllReduce && op.unit >= 0) { EXPECT_EQ(op.work.group_size, 2); }  // 8 / 4 groups
-    if (op.kind == OpKind::kAllReduce && op.unit < 0) { EXPECT_EQ(op.work.group_size, 8); }   // grad norm: everyone
+    if (op.kind == OpKind::kReduceScatter || op.kind == OpKind::kAllGather) {
+      EXPECT_EQ(op.work.group_size, 4);
+      EXPECT_EQ(op.group, CommGroup::kShard);
+    }
+    if (op.kind == OpKind::kAllReduce) {
+      EXPECT_EQ(op.work.group_size, 2);  // 8 / 4 groups
+      EXPECT_EQ(op.group, CommGroup::kReplica);
+    }
+    if (op.kind == OpKind::kAllReduceGradNorm) {
+      EXPECT_EQ(op.work.group_size, 4);  // each shard once: the shard group, not the world
+      EXPECT_EQ(op.group, CommGroup::kShard);
+    }
+    if (op.kind == OpKind::kAllReduceLoss) {
+      EXPECT_EQ(op.work.group_size, 8);
+      EXPECT_EQ(op.group, CommGroup::kWorld);
+    }
   }
-  // Each cross-group all-reduce follows its unit's last reduce-scatter.
-  std::map<int, int> last_rs;
+  // Each cross-group all-reduce follows the accumulation of its unit's last
+  // reduce-scatter, which was pre-scaled by 1/2 (two replica groups).
+  std::map<int, int> last_accumulate;
   for (const auto& op : p.ops)
-    if (op.kind == OpKind::kReduceScatter) last_rs[op.unit] = op.id;
+    if (op.kind == OpKind::kAccumulateShard) last_accumulate[op.unit] = op.id;
   for (const auto& op : p.ops)
-    if (op.kind == OpKind::kAllReduce && op.unit >= 0) {
-      ASSERT_EQ(op.deps.size(), 1u);
-      EXPECT_EQ(op.deps[0], last_rs[op.unit]);
+    if (op.kind == OpKind::kAllReduce) {
+      const int acc = last_accumulate.at(op.unit);
+      EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), acc), op.deps.end()) << op.name;
+      EXPECT_DOUBLE_EQ(p.ops[acc].gradient_scale, 0.5);
     }
 }
 
@@ -163,13 +191,17 @@ TEST(StepProgramTest, RecomputeOnlyForCheckpointedLayers) {
     EXPECT_EQ(Count(p, OpKind::kRecompute, p.BlockUnit(0), mb), 0);
     EXPECT_EQ(Count(p, OpKind::kRecompute, p.BlockUnit(2), mb), 0);
   }
-  // A recompute runs just before its block's backward, after the re-gather.
+  // A recompute runs just before its block's backward (only the shard
+  // accumulations that backward waits for may come between), after the re-gather.
   for (const auto& op : p.ops) {
     if (op.kind != OpKind::kRecompute) continue;
-    const StepOp& next = p.ops[op.id + 1];
-    EXPECT_EQ(next.kind, OpKind::kBackward);
-    EXPECT_EQ(next.unit, op.unit);
-    EXPECT_NE(std::find(next.deps.begin(), next.deps.end(), op.id), next.deps.end());
+    size_t next = op.id + 1;
+    while (p.ops[next].kind == OpKind::kAccumulateShard || p.ops[next].kind == OpKind::kAllGather ||
+           p.ops[next].kind == OpKind::kRelease)
+      ++next;
+    EXPECT_EQ(p.ops[next].kind, OpKind::kBackward);
+    EXPECT_EQ(p.ops[next].unit, op.unit);
+    EXPECT_NE(std::find(p.ops[next].deps.begin(), p.ops[next].deps.end(), op.id), p.ops[next].deps.end());
   }
   Plan none = TinyPlan(4, ShardingStrategy::kFullShard);
   EXPECT_EQ(Count(Build(none), OpKind::kRecompute), 0);
@@ -293,6 +325,69 @@ TEST(StepProgramTest, SlowReduceScattersDoNotPileUpGradients) {
   for (const auto& op : prog.ops)
     if (op.stream == StreamKind::kReduce) rs_total += cost.Seconds(op);
   EXPECT_NEAR(sim.busy_seconds[static_cast<int>(StreamKind::kReduce)], rs_total, 1e-9 * rs_total);
+}
+
+}  // namespace
+}  // namespace llmplan
+
+namespace llmplan {
+namespace {
+
+TEST(StepProgramTest, GathersAreIssuedAheadOfTheComputeTheyOverlap) {
+  // Prefetch depth 1: the gather of block l + 1 is issued before the forward
+  // of block l (so it can run while that forward does), and waits only for
+  // the release two gathers back and the compute issued before it.
+  StepProgram p = Build(TinyPlan(4, ShardingStrategy::kFullShard));
+  std::map<std::string, int> at;
+  for (const auto& op : p.ops) at[op.name] = op.id;
+  for (int l = 0; l + 1 < kL; ++l) {
+    const std::string next = "all-gather block " + std::to_string(l + 1) + " mb 0";
+    EXPECT_LT(at.at(next), at.at("forward block " + std::to_string(l) + " mb 0")) << next;
+  }
+  // Rule 5: every collective and copy depends on the last compute op issued
+  // before it (its stream waits for the compute queued so far).
+  int last_compute = -1;
+  for (const auto& op : p.ops) {
+    if (op.stream == StreamKind::kCompute) {
+      last_compute = op.id;
+      continue;
+    }
+    if (op.stream == StreamKind::kCpu || last_compute < 0) continue;
+    EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), last_compute), op.deps.end()) << op.name;
+  }
+}
+
+TEST(StepProgramTest, IssueOrderKeepsEachStreamsLogicalOrder) {
+  // Hoisting moves gathers relative to other streams only: on the gather
+  // stream they keep the order the builder made them in (forward by unit,
+  // then backward), and a gather never waits on an op issued after it.
+  for (const Plan& plan : AllConfigurations()) {
+    StepProgram p = Build(plan);
+    std::vector<std::string> gathers;
+    for (const auto& op : p.ops)
+      if (op.kind == OpKind::kAllGather && op.micro_batch == 0) gathers.push_back(op.name);
+    const int n = static_cast<int>(plan.model.layers) + 2;
+    if (plan.strategy == ShardingStrategy::kFullShard && plan.gpus > 1 && !gathers.empty()) {
+      ASSERT_GE(gathers.size(), static_cast<size_t>(n));
+      EXPECT_EQ(gathers.front(), "all-gather embed mb 0");
+      EXPECT_EQ(gathers[n - 1], "all-gather head mb 0");
+      EXPECT_EQ(gathers[n], "all-gather block " + std::to_string(plan.model.layers - 1) + " bwd mb 0");
+    }
+  }
+}
+
+TEST(StepProgramTest, EveryRecomputedBlockAndNoOtherHasARecomputeOp) {
+  // The executor keeps only a block's input in forward exactly when the
+  // program recomputes it: the recompute ops are the contract.
+  Plan plan = TinyPlan(2, ShardingStrategy::kShardGradOp);
+  plan.checkpoint_layers = {0, 3};
+  StepProgram p = Build(plan);
+  std::set<std::pair<int, int>> recomputed;
+  for (const auto& op : p.ops)
+    if (op.kind == OpKind::kRecompute) recomputed.insert({op.unit, op.micro_batch});
+  for (int mb = 0; mb < kAccum; ++mb)
+    for (int l = 0; l < kL; ++l)
+      EXPECT_EQ(recomputed.count({p.BlockUnit(l), mb}), plan.IsCheckpointed(l) ? 1u : 0u) << l << " " << mb;
 }
 
 }  // namespace

@@ -68,7 +68,7 @@ class HandProgram {
       case OpKind::kCopyToDevice:
       case OpKind::kCopyToHost: op.work.copy_bytes = units; break;
       case OpKind::kCpuOptimizerStep: op.work.cpu_adam_params = units; break;
-      case OpKind::kRelease: break;
+      default: break;  // ops without work of their own in these tests
     }
     prog_.ops.push_back(op);
     return op.id;
@@ -113,10 +113,11 @@ TEST(SimulatorTest, SameStreamSerializes) {
 }
 
 TEST(SimulatorTest, IndependentOpsOnDifferentStreamsOverlap) {
+  // The CPU op comes last: host work holds back only what is issued after it.
   HandProgram b;
   b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
-  b.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 2.0);
   b.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.5);
+  b.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 2.0);
   SimulationResult r = SimulateOn(b, RoundNumberProfile());
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(r.ops[i].start, 0, kEps);
   EXPECT_NEAR(r.step_seconds, 2.0, kEps);  // max(1, 2, 1.5), not the sum 4.5
@@ -136,6 +137,69 @@ TEST(SimulatorTest, DependenciesOrderOpsAcrossStreams) {
   EXPECT_NEAR(r.ops[e].start, 1.0, kEps);
   EXPECT_NEAR(r.ops[e].end, 1.25, kEps);
   EXPECT_NEAR(r.step_seconds, 3.5, kEps);
+}
+
+TEST(SimulatorTest, HostWorkHoldsBackEverythingIssuedAfterIt) {
+  // Rule 4 of step_program.h: the host runs the 2 s CPU op itself, so the
+  // copy listed after it (no deps) is issued, and starts, only at t = 2,
+  // while the forward listed before it runs from t = 0.
+  HandProgram b;
+  int f = b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
+  int cpu = b.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 2.0);
+  int up = b.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 0.5);
+  SimulationResult r = SimulateOn(b, RoundNumberProfile());
+  EXPECT_NEAR(r.ops[f].start, 0.0, kEps);
+  EXPECT_NEAR(r.ops[cpu].start, 0.0, kEps);
+  EXPECT_NEAR(r.ops[up].start, 2.0, kEps);
+  EXPECT_NEAR(r.step_seconds, 2.5, kEps);
+}
+
+TEST(SimulatorTest, ClipReadsTheNormOnTheHost) {
+  // Clipping waits for the device (host sync): the 1 s all-gather listed
+  // after it cannot start before the 3 s forward before it has ended and the
+  // clip itself (1 s) has run.
+  HandProgram b;
+  b.Add(OpKind::kForward, StreamKind::kCompute, 3.0);
+  int clip = b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
+  b[clip].kind = OpKind::kClipGradients;
+  int g = b.Add(OpKind::kAllGather, StreamKind::kGather, 1.0);
+  SimulationResult r = SimulateOn(b, RoundNumberProfile());
+  EXPECT_NEAR(r.ops[g].start, 4.0, kEps);
+  EXPECT_NEAR(r.step_seconds, 5.0, kEps);
+}
+
+TEST(SimulatorTest, LaunchBoundOpsFollowTheHost) {
+  // 10 ops of 1 us of device work, 5 launches each at 10 us per launch: the
+  // host issues one every 50 us and each lasts max(1 us, 50 us), so the
+  // device follows the host: 10 x 50 us.
+  HardwareProfile p = RoundNumberProfile();
+  p.kernel_launch_s = 10e-6;
+  HandProgram b;
+  for (int i = 0; i < 10; ++i) {
+    int id = b.Add(OpKind::kForward, StreamKind::kCompute, 1e-6);
+    b[id].work.launches = 5;
+  }
+  SimulationResult r = SimulateOn(b, p);
+  EXPECT_NEAR(r.ops[9].start, 9 * 50e-6, 1e-12);
+  EXPECT_NEAR(r.step_seconds, 500e-6, 1e-12);
+}
+
+TEST(SimulatorTest, OnACpuDeviceComputeIsHostWorkButCollectivesOverlap) {
+  // LibTorch's CPU kernels run on the host: two 1 s compute ops and a 1 s
+  // copy listed after the first run one after another; a 1.5 s collective
+  // (its own thread) issued first overlaps them.
+  HardwareProfile p = RoundNumberProfile();
+  p.device_kind = "cpu";
+  HandProgram b;
+  int g = b.Add(OpKind::kAllGather, StreamKind::kGather, 1.5);
+  b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
+  int up = b.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.0);
+  int f2 = b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
+  SimulationResult r = SimulateOn(b, p);
+  EXPECT_NEAR(r.ops[g].end, 1.5, kEps);
+  EXPECT_NEAR(r.ops[up].start, 1.0, kEps);
+  EXPECT_NEAR(r.ops[f2].start, 2.0, kEps);
+  EXPECT_NEAR(r.step_seconds, 3.0, kEps);
 }
 
 TEST(SimulatorTest, CollectiveHiddenBehindCompute) {
@@ -232,17 +296,18 @@ TEST(SimulatorTest, MemoryPeakAtTheRightMoment) {
   // compute B [1,3]   allocates 120 logits at its start, frees at its end
   // In use: t=0: 100; t=0.5: 140; t=1: A frees (40) then B allocates -> 160;
   // t=2.5: 120; t=3: 0. Peak 160 at t = 1 with {workspace 40, logits 120}.
+  // (The host ops come last in the list: host work holds back what follows it.)
   HandProgram b;
   int a = b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
   b[a].alloc_at_start = {{MemoryCategory::kActivations, 100}};
   b[a].free_at_end = {{MemoryCategory::kActivations, -100}};
+  int bb = b.Add(OpKind::kBackward, StreamKind::kCompute, 2.0);
+  b[bb].alloc_at_start = {{MemoryCategory::kLogits, 120}};
+  b[bb].free_at_end = {{MemoryCategory::kLogits, -120}};
   int y = b.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 0.5);
   int x = b.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 2.0, {y});
   b[x].alloc_at_start = {{MemoryCategory::kWorkspace, 40}};
   b[x].free_at_end = {{MemoryCategory::kWorkspace, -40}};
-  int bb = b.Add(OpKind::kBackward, StreamKind::kCompute, 2.0);
-  b[bb].alloc_at_start = {{MemoryCategory::kLogits, 120}};
-  b[bb].free_at_end = {{MemoryCategory::kLogits, -120}};
   SimulationResult r = SimulateOn(b, RoundNumberProfile(), /*timeline=*/true);
   EXPECT_DOUBLE_EQ(r.peak_transient_bytes, 160);
   EXPECT_NEAR(r.peak_time, 1.0, kEps);

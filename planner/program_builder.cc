@@ -1,0 +1,186 @@
+// ProgramBuilder: units, persistent memory, op bookkeeping and the order of
+// phases (see program_builder.h). Also the public names of step_program.h.
+#include "planner/program_builder.h"
+
+#include <algorithm>
+
+namespace llmplan {
+
+std::string StreamName(StreamKind s) {
+  switch (s) {
+    case StreamKind::kCompute: return "compute";
+    case StreamKind::kGather: return "all-gather";
+    case StreamKind::kReduce: return "reduce";
+    case StreamKind::kHostToDevice: return "host-to-device";
+    case StreamKind::kDeviceToHost: return "device-to-host";
+    case StreamKind::kCpu: return "cpu";
+  }
+  return "?";
+}
+
+std::string OpKindName(OpKind k) {
+  switch (k) {
+    case OpKind::kAllGather: return "all_gather";
+    case OpKind::kForward: return "forward";
+    case OpKind::kRecompute: return "recompute";
+    case OpKind::kBackward: return "backward";
+    case OpKind::kRelease: return "release";
+    case OpKind::kReduceScatter: return "reduce_scatter";
+    case OpKind::kAccumulateShard: return "accumulate_shard";
+    case OpKind::kLocalReduce: return "local_reduce";
+    case OpKind::kAllReduce: return "all_reduce";
+    case OpKind::kGradNorm: return "grad_norm";
+    case OpKind::kAllReduceGradNorm: return "all_reduce_grad_norm";
+    case OpKind::kClipGradients: return "clip_gradients";
+    case OpKind::kAllReduceLoss: return "all_reduce_loss";
+    case OpKind::kCopyToDevice: return "copy_to_device";
+    case OpKind::kCopyToHost: return "copy_to_host";
+    case OpKind::kOptimizerStep: return "optimizer_step";
+    case OpKind::kCpuOptimizerStep: return "cpu_optimizer_step";
+  }
+  return "?";
+}
+
+std::string CommGroupName(CommGroup g) {
+  switch (g) {
+    case CommGroup::kNone: return "none";
+    case CommGroup::kShard: return "shard";
+    case CommGroup::kReplica: return "replica";
+    case CommGroup::kWorld: return "world";
+  }
+  return "?";
+}
+
+std::string MemoryCategoryName(MemoryCategory c) {
+  switch (c) {
+    case MemoryCategory::kGatheredParams: return "gathered_params";
+    case MemoryCategory::kActivations: return "activations";
+    case MemoryCategory::kRecompute: return "recompute";
+    case MemoryCategory::kWorkspace: return "workspace";
+    case MemoryCategory::kLogits: return "logits";
+    case MemoryCategory::kGradBuffers: return "grad_buffers";
+    case MemoryCategory::kOffloadStaging: return "offload_staging";
+  }
+  return "?";
+}
+
+bool HostBlocks(const StepOp& op, bool cpu_device) {
+  switch (op.stream) {
+    case StreamKind::kCpu: return true;
+    case StreamKind::kCompute:
+      // Clipping reads the norm on the host (a device sync) before it scales.
+      return cpu_device || op.kind == OpKind::kClipGradients;
+    case StreamKind::kHostToDevice:
+    case StreamKind::kDeviceToHost: return cpu_device;  // a CPU "copy" is a memcpy on the host
+    case StreamKind::kGather:
+    case StreamKind::kReduce: return false;  // collectives run on their own stream or thread
+  }
+  return false;
+}
+
+StepProgram ProgramBuilder::Build() {
+  MakeUnits();
+  MakePersistent();
+  for (int mb = 0; mb < static_cast<int>(plan_.grad_accum); ++mb) {
+    Forward(mb);
+    Backward(mb);
+  }
+  ClipGradients();
+  OptimizerStep();
+  LossAllReduce();
+  return std::move(p_);
+}
+
+std::string ProgramBuilder::UnitName(int u) const {
+  switch (U(u).kind) {
+    case UnitKind::kEmbedding: return "embed";
+    case UnitKind::kHead: return "head";
+    case UnitKind::kBlock: return "block " + std::to_string(U(u).layer);
+  }
+  return "?";
+}
+
+bool ProgramBuilder::KeepsParamsThroughBackward(int u) const {
+  return plan_.strategy == ShardingStrategy::kShardGradOp || U(u).kind == UnitKind::kHead || TiedEmbedding(u);
+}
+
+void ProgramBuilder::MakeUnits() {
+  const ModelSpec& m = plan_.model;
+  auto add = [&](UnitKind k, int layer, int64_t params) {
+    Unit u{k, layer, params, (params + G() - 1) / G() * G()};
+    p_.units.push_back(u);
+  };
+  add(UnitKind::kEmbedding, -1, m.EmbeddingParams());
+  for (int l = 0; l < m.layers; ++l) add(UnitKind::kBlock, l, m.ParamsPerBlock());
+  add(UnitKind::kHead, -1, m.HeadParams() + m.FinalNormParams());
+  p_.micro_batches = static_cast<int>(plan_.grad_accum);
+  const int n = NumUnits();
+  last_forward_.assign(n, -1);
+  gather_fwd_.assign(n, -1);
+  grad_final_.assign(n, -1);
+  last_release_of_unit_.assign(n, -1);
+}
+
+void ProgramBuilder::MakePersistent() {
+  double padded = 0;
+  for (const auto& u : p_.units) padded += static_cast<double>(u.padded_params);
+  const double shard = padded / G();
+  PersistentMemory& pm = p_.persistent;
+  HostMemory& host = p_.host;
+  const Offload o = plan_.offload;
+  // fp32 gradient shard accumulated over micro-batches (the whole gradient
+  // when not sharded). With params offloaded it accumulates on the host.
+  pm.grad_shards = OffloadsParams(o) && OffloadsOptimizer(o) ? 0 : 4 * shard;
+  if (o == Offload::kNone) {
+    pm.param_shards = 4 * shard;
+    pm.optimizer_state = 8 * shard;
+  } else if (o == Offload::kOptimizer) {
+    // Master weights and AdamW state live with the CPU optimizer; the GPU keeps
+    // the bf16 shard that all-gathers read.
+    pm.compute_params = ParamBytes() * shard;
+    host.master_params = 4 * shard;
+    host.optimizer_state = 8 * shard;
+    host.grad_staging = 4 * shard;
+    // The CPU step writes the new bf16 shard into pinned memory so the copy
+    // up is an asynchronous DMA (the executor's CpuAdamW path does this).
+    host.param_staging = ParamBytes() * shard;
+  } else if (o == Offload::kParams) {
+    // fp32 master on the host, streamed in for the GPU optimizer step; the bf16
+    // shard stays for the gathers.
+    pm.compute_params = ParamBytes() * shard;
+    pm.optimizer_state = 8 * shard;
+    host.master_params = 4 * shard;
+  } else {  // optimizer + params: nothing per-parameter persists on the GPU
+    host.master_params = (4 + ParamBytes()) * shard;
+    host.optimizer_state = 8 * shard;
+    host.grad_staging = 4 * shard;
+  }
+  if (!Sharded()) pm.compute_params = ParamBytes() * padded;  // DDP keeps the full bf16 model
+  pm.cuda_context = profile_.device_kind == "cuda" ? profile_.cuda_context_bytes : 0;
+  pm.workspaces = profile_.workspace_bytes;
+  // One communicator per process group this plan uses: the shard group has
+  // two (gathers and reductions run on their own streams, as the program
+  // says), the replica and world groups one each when they have several ranks.
+  int comms = 0;
+  if (G() > 1) comms += 2;
+  if (R() > 1) comms += 1;
+  if (plan_.gpus > 1) comms += 1;
+  pm.collective_buffers = comms * profile_.collective_buffer_bytes;
+}
+
+int ProgramBuilder::Add(StepOp op) {
+  op.id = static_cast<int>(p_.ops.size());
+  op.deps.erase(std::remove(op.deps.begin(), op.deps.end(), -1), op.deps.end());
+  std::sort(op.deps.begin(), op.deps.end());
+  op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
+  p_.ops.push_back(std::move(op));
+  return p_.ops.back().id;
+}
+
+StepProgram BuildStepProgram(const Plan& plan, const HardwareProfile& profile) {
+  StepProgram program = ProgramBuilder(plan, profile).Build();
+  ToIssueOrder(program);
+  return program;
+}
+
+}  // namespace llmplan

@@ -1,0 +1,116 @@
+// ProgramBuilder: the planner's internal builder of a StepProgram (the public
+// entry point is BuildStepProgram in step_program.h). One instance builds one
+// program; its phases live in one file each:
+//   program_builder.cc   units, persistent memory, op bookkeeping, Build()
+//   program_forward.cc   gathers, forwards, releases
+//   program_backward.cc  recompute, backwards, gradient reductions
+//   program_step_end.cc  gradient norm, clipping, optimizer (GPU or CPU), loss
+//   program_order.cc     the issue order (gathers hoisted) and rule-5 deps
+// Every decision about order, prefetch and which collective runs where is made
+// here, once; the simulator and the executor only interpret the result.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "planner/hardware_profile.h"
+#include "planner/plan.h"
+#include "planner/step_program.h"
+
+namespace llmplan {
+
+class ProgramBuilder {
+ public:
+  // REQUIRES: plan.Validate() passes; both outlive the builder.
+  ProgramBuilder(const Plan& plan, const HardwareProfile& profile) : plan_(plan), profile_(profile) {}
+  ProgramBuilder(const ProgramBuilder&) = delete;
+  ProgramBuilder& operator=(const ProgramBuilder&) = delete;
+
+  // The ops in logical order (forward, backward per micro-batch, step end);
+  // ToIssueOrder turns that into the order the host issues them.
+  StepProgram Build();
+
+ private:
+  // --- program_builder.cc ---
+  void MakeUnits();
+  void MakePersistent();
+  int Add(StepOp op);  // assigns the id, tidies deps; returns the id
+  std::string UnitName(int u) const;
+  static std::string MbSuffix(int mb) { return " mb " + std::to_string(mb); }
+
+  // --- program_forward.cc ---
+  void Forward(int mb);
+  int Gather(int u, int mb, bool backward);
+  int Release(int u, int mb, int after, bool backward);
+  void FillForwardWork(int u, OpWork& w) const;
+  double StoredBytes(int u) const;  // saved from a unit's forward to its backward
+  double LogitsBytes() const;
+
+  // --- program_backward.cc ---
+  void Backward(int mb);
+  // After unit u's backward: its local reduction or reduce-scatter (and, on
+  // the last micro-batch, what follows it across replicas).
+  void ReduceGradients(int u, int mb, int bwd, double compute_grad_bytes, bool last_mb);
+  // Accumulates the reduced shards of the pending reduce-scatters issued up
+  // to and including `rs_id`, in issue order.
+  void AccumulateThrough(int rs_id);
+  // Unit u's micro-batch mb is reduced into its fp32 gradient by op
+  // `reduced`: what follows across replicas (last micro-batch) and towards
+  // the host (parameter offload).
+  void AfterReduction(int u, int mb, int reduced, bool last_mb);
+
+  // --- program_step_end.cc ---
+  void ClipGradients();
+  void OptimizerStep();
+  void LossAllReduce();
+
+  // --- shared helpers ---
+  int G() const { return plan_.shard_group_size; }
+  int R() const { return plan_.ReplicaGroups(); }
+  bool Sharded() const { return plan_.strategy != ShardingStrategy::kNoShard; }
+  bool GroupSpansNodes(int group) const { return group > plan_.gpus_per_node; }
+  double ReduceBytes() const { return DTypeBytes(plan_.reduce_dtype); }
+  double ParamBytes() const { return DTypeBytes(plan_.param_dtype); }
+  double Tokens() const { return static_cast<double>(plan_.micro_batch * plan_.seq_len); }
+  bool TiedEmbedding(int u) const { return plan_.model.tied_embeddings && u == 0; }
+  int NumUnits() const { return static_cast<int>(p_.units.size()); }
+  const Unit& U(int u) const { return p_.units[u]; }
+  double Padded(int u) const { return static_cast<double>(U(u).padded_params); }
+  bool GathersParams() const { return Sharded(); }
+  // Gathered params stay from forward to backward (shard_grad_op; the head,
+  // whose backward follows its forward at once; the tied embedding the head uses).
+  bool KeepsParamsThroughBackward(int u) const;
+
+  const Plan& plan_;
+  const HardwareProfile& profile_;
+  StepProgram p_;
+  // Rate limiter for gathered units (FSDP's limit on all-gathers in flight):
+  // gather k waits for release k - (prefetch_depth + 1), and for the last
+  // release of the same unit (its buffer is reused).
+  std::vector<int> gathers_, releases_;
+  std::vector<int> last_release_of_unit_;
+  std::vector<int> last_forward_, gather_fwd_;
+  std::vector<int> grad_final_;  // per unit: the op after which its fp32 gradient is final
+  // Reduce-scatters in issue order. A backward waits for the reduce-scatter two
+  // before it (FSDP2's post-backward waits on the previous one's event), so
+  // unsharded gradients cannot pile up when the reduction is slower than compute.
+  std::vector<int> reduce_scatters_;
+  struct PendingShard {
+    int rs = -1;  // the reduce-scatter
+    int unit = -1, mb = -1;
+    double bytes = 0;  // temporaries freed when accumulated
+    bool last_mb = false;
+  };
+  std::vector<PendingShard> pending_shards_;  // reduce-scatters not yet accumulated, in issue order
+  int last_loss_ = -1;  // the last head forward (the step's loss is complete after it)
+  int clip_ = -1;       // the clipping op: every optimizer update waits for it
+};
+
+// Puts a logically ordered program into issue order: each all-gather (and the
+// host->device copy feeding it) moves up to just after the last of its deps
+// and of the gathers before it, so it is issued ahead of the compute it
+// overlaps; ids are renumbered; then every collective and copy gains a dep on
+// the last compute op issued before it (rule 5 of step_program.h).
+void ToIssueOrder(StepProgram& program);
+
+}  // namespace llmplan

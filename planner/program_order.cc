@@ -1,0 +1,81 @@
+// ToIssueOrder: from the builder's logical order (forward unit by unit, then
+// backward, then the step's end) to the order the host issues ops in. See
+// program_builder.h.
+//
+// Why hoist: a collective's stream waits for the compute work issued before
+// it (rule 5 of step_program.h). Left at its logical place, "all-gather unit
+// u+1" comes after "forward unit u" and could not start before that forward
+// ends: every gather would be exposed. Moved up to just after its last dep
+// (the release that frees a buffer for it), it is issued before the forward
+// it should overlap, on the simulator's virtual streams and on the GPU alike.
+#include <algorithm>
+#include <deque>
+#include <stdexcept>
+
+#include "planner/program_builder.h"
+
+namespace llmplan {
+
+namespace {
+
+// Ops issued ahead of their logical place: parameter gathers and the
+// host->device copies that feed them (parameter offload).
+bool Hoistable(const StepOp& op) {
+  return op.kind == OpKind::kAllGather || (op.kind == OpKind::kCopyToDevice && op.micro_batch >= 0);
+}
+
+bool WaitsForCompute(StreamKind s) {
+  return s == StreamKind::kGather || s == StreamKind::kReduce || s == StreamKind::kHostToDevice ||
+         s == StreamKind::kDeviceToHost;
+}
+
+}  // namespace
+
+void ToIssueOrder(StepProgram& program) {
+  std::vector<StepOp>& ops = program.ops;
+  const size_t n = ops.size();
+  std::vector<char> emitted(n, 0);
+  std::vector<int> order;
+  order.reserve(n);
+  std::deque<int> hoisted;  // in logical order: their own stream keeps that order
+  for (const StepOp& op : ops)
+    if (Hoistable(op)) hoisted.push_back(op.id);
+  auto emit = [&](int id) {
+    emitted[id] = 1;
+    order.push_back(id);
+  };
+  auto drain = [&] {
+    while (!hoisted.empty()) {
+      const StepOp& next = ops[hoisted.front()];
+      if (!std::all_of(next.deps.begin(), next.deps.end(), [&](int d) { return emitted[d] != 0; })) return;
+      emit(next.id);
+      hoisted.pop_front();
+    }
+  };
+  drain();
+  for (const StepOp& op : ops) {
+    if (Hoistable(op)) continue;
+    emit(op.id);
+    drain();
+  }
+  // Every hoisted op's deps come before it logically, so all were placed.
+  if (order.size() != n) throw std::logic_error("step program: an all-gather waits on an op issued after it");
+  std::vector<int> new_id(n, -1);
+  for (size_t i = 0; i < order.size(); ++i) new_id[order[i]] = static_cast<int>(i);
+  std::vector<StepOp> reordered;
+  reordered.reserve(n);
+  int last_compute = -1;
+  for (int old : order) {
+    StepOp op = std::move(ops[old]);
+    op.id = new_id[old];
+    for (int& d : op.deps) d = new_id[d];
+    if (WaitsForCompute(op.stream) && last_compute >= 0) op.deps.push_back(last_compute);
+    std::sort(op.deps.begin(), op.deps.end());
+    op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
+    if (op.stream == StreamKind::kCompute) last_compute = op.id;
+    reordered.push_back(std::move(op));
+  }
+  ops = std::move(reordered);
+}
+
+}  // namespace llmplan

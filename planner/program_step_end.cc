@@ -1,0 +1,151 @@
+// ProgramBuilder, end of the step: the global gradient norm and clipping,
+// the AdamW update (on the GPU, or on the host with the optimizer offloaded),
+// and the step's loss over every rank (see program_builder.h).
+#include "planner/program_builder.h"
+
+namespace llmplan {
+
+void ProgramBuilder::ClipGradients() {
+  const int n = NumUnits();
+  double shard_params = 0;
+  for (int u = 0; u < n; ++u) shard_params += Padded(u) / G();
+  AccumulateThrough(reduce_scatters_.empty() ? -1 : reduce_scatters_.back());
+  // Clipping needs the global gradient norm: every reduction must be in.
+  StepOp norm;
+  norm.kind = OpKind::kGradNorm;
+  norm.stream = StreamKind::kCompute;
+  norm.name = "grad norm";
+  for (int u = 0; u < n; ++u) norm.deps.push_back(grad_final_[u]);
+  norm.work.elementwise_bytes = 4 * shard_params;
+  norm.work.launches = 2 * n;
+  int last = Add(norm);
+  if (G() > 1) {
+    // Summed over the shard group only: replicas hold identical shards after
+    // their all-reduce, so summing over the world would count each R times.
+    StepOp ar;
+    ar.kind = OpKind::kAllReduceGradNorm;
+    ar.stream = StreamKind::kReduce;
+    ar.group = CommGroup::kShard;
+    ar.name = "all-reduce grad norm";
+    ar.deps = {last};
+    ar.work.collective = CollectiveOp::kAllReduce;
+    ar.work.collective_bytes = 4;
+    ar.work.group_size = G();
+    ar.work.spans_nodes = GroupSpansNodes(G());
+    last = Add(ar);
+  }
+  StepOp clip;
+  clip.kind = OpKind::kClipGradients;
+  clip.stream = StreamKind::kCompute;
+  clip.name = "clip gradients";
+  clip.deps = {last};
+  // Scaling reads and writes every fp32 gradient (priced as if the norm
+  // exceeds the limit, as it does early in training).
+  clip.work.elementwise_bytes = plan_.optimizer.grad_clip > 0 ? 8 * shard_params : 0;
+  clip.work.launches = n;
+  clip_ = Add(clip);
+}
+
+void ProgramBuilder::OptimizerStep() {
+  const int n = NumUnits();
+  const Offload o = plan_.offload;
+  for (int u = 0; u < n; ++u) {
+    const double shard = Padded(u) / G();
+    if (!OffloadsOptimizer(o)) {
+      int master_in = -1;
+      if (OffloadsParams(o)) {
+        StepOp in;
+        in.kind = OpKind::kCopyToDevice;
+        in.stream = StreamKind::kHostToDevice;
+        in.unit = u;
+        in.name = "h2d master " + UnitName(u);
+        // Not before backward is over: a master copied in earlier would sit
+        // in its staging buffer through the activation peak.
+        in.deps = {clip_};
+        in.work.copy_bytes = 4 * shard;
+        in.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, 4 * shard});
+        master_in = Add(in);
+      }
+      StepOp op;
+      op.kind = OpKind::kOptimizerStep;
+      op.stream = StreamKind::kCompute;
+      op.unit = u;
+      op.name = "adamw " + UnitName(u);
+      op.deps = {clip_, master_in};
+      // Fused AdamW reads param, grad, m, v (fp32) and writes param, m, v and
+      // the bf16 compute copy: 30 bytes per parameter of HBM traffic.
+      op.work.elementwise_bytes = 30 * shard;
+      op.work.launches = 1;
+      const int step = Add(op);
+      if (OffloadsParams(o)) {
+        StepOp out;
+        out.kind = OpKind::kCopyToHost;
+        out.stream = StreamKind::kDeviceToHost;
+        out.unit = u;
+        out.name = "d2h master " + UnitName(u);
+        out.deps = {step};
+        out.work.copy_bytes = 4 * shard;
+        out.free_at_end.push_back({MemoryCategory::kOffloadStaging, -4 * shard});
+        Add(out);
+      }
+      continue;
+    }
+  }
+  if (!OffloadsOptimizer(o)) return;
+  // Offloaded optimizer: every clipped gradient shard goes down first (the
+  // copies queue on their stream while the host runs AdamW on the first
+  // units), then per unit the CPU update and the updated bf16 shard back up.
+  std::vector<int> grads_on_host(n, -1);
+  for (int u = 0; u < n; ++u) {
+    grads_on_host[u] = grad_final_[u];
+    if (OffloadsParams(o)) continue;  // already on the host
+    StepOp copy;
+    copy.kind = OpKind::kCopyToHost;
+    copy.stream = StreamKind::kDeviceToHost;
+    copy.unit = u;
+    copy.name = "d2h grads " + UnitName(u);
+    copy.deps = {clip_};
+    copy.work.copy_bytes = 4 * Padded(u) / G();
+    grads_on_host[u] = Add(copy);
+  }
+  for (int u = 0; u < n; ++u) {
+    const double shard = Padded(u) / G();
+    StepOp cpu;
+    cpu.kind = OpKind::kCpuOptimizerStep;
+    cpu.stream = StreamKind::kCpu;
+    cpu.unit = u;
+    cpu.name = "cpu adamw " + UnitName(u);
+    cpu.deps = {grads_on_host[u], clip_};
+    cpu.work.cpu_adam_params = shard;
+    const int step = Add(cpu);
+    if (!OffloadsParams(o)) {
+      StepOp back;
+      back.kind = OpKind::kCopyToDevice;
+      back.stream = StreamKind::kHostToDevice;
+      back.unit = u;
+      back.name = "h2d params " + UnitName(u);
+      back.deps = {step};
+      back.work.copy_bytes = ParamBytes() * shard;
+      Add(back);
+    }
+  }
+}
+
+void ProgramBuilder::LossAllReduce() {
+  if (plan_.gpus <= 1) return;
+  // The reported loss is the mean over every rank's tokens (equal counts):
+  // one scalar summed over the world, read by the host after the step.
+  StepOp op;
+  op.kind = OpKind::kAllReduceLoss;
+  op.stream = StreamKind::kReduce;
+  op.group = CommGroup::kWorld;
+  op.name = "all-reduce step loss";
+  op.deps = {last_loss_};
+  op.work.collective = CollectiveOp::kAllReduce;
+  op.work.collective_bytes = 4;
+  op.work.group_size = plan_.gpus;
+  op.work.spans_nodes = plan_.gpus > plan_.gpus_per_node;
+  Add(op);
+}
+
+}  // namespace llmplan
