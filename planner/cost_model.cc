@@ -11,6 +11,8 @@ double CostModel::ComputeSeconds(const OpWork& w) const {
   if (w.attention_flops > 0)
     s += w.attention_flops / (w.attention_backward ? p.attention_backward_flops_per_s : p.attention_forward_flops_per_s);
   if (w.elementwise_bytes > 0) s += w.elementwise_bytes / (p.memory_bandwidth_bytes_per_s * p.elementwise_efficiency);
+  s += w.launches * p.kernel_overhead_s;
+  // Kernels cannot finish before the host has launched them.
   return std::max(s, w.launches * p.kernel_launch_s);
 }
 

@@ -21,8 +21,8 @@ class CostModel {
   double IssueSeconds(const StepOp& op) const;
 
   // GEMMs at the shape-dependent efficiency, attention at the measured rate,
-  // memory-bound kernels at a fraction of HBM bandwidth; never below the
-  // host's cost of launching the kernels.
+  // memory-bound kernels at a fraction of HBM bandwidth, plus a fixed device
+  // time per kernel; never below the host's cost of launching the kernels.
   double ComputeSeconds(const OpWork& work) const;
 
   const HardwareProfile& profile() const { return profile_; }

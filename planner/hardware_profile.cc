@@ -164,6 +164,7 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   p.collective_buffer_bytes = mem.NumberIn("collective_buffer_bytes", 0, kMaxBytes, 0);
   p.fragmentation = mem.NumberIn("fragmentation", 0, 10, 0.25);
   p.usable_fraction = mem.NumberIn("usable_fraction", 0.1, 1.0, 0.95);
+  p.memory_margin_fraction = mem.NumberIn("margin_fraction", 0, 0.5, 0);
 
   JsonObject compute = root.Object("compute");
   p.bf16_peak_flops = compute.NumberIn("bf16_peak_flops", 1, kMaxRate);
@@ -176,6 +177,7 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   p.memory_bandwidth_bytes_per_s = compute.NumberIn("memory_bandwidth_bytes_per_s", 1, kMaxRate);
   p.elementwise_efficiency = compute.NumberIn("elementwise_efficiency", 0.01, 1.0, 0.7);
   p.kernel_launch_s = compute.NumberIn("kernel_launch_s", 0, 1, 4e-6);
+  p.kernel_overhead_s = compute.NumberIn("kernel_overhead_s", 0, 1, 0);
   p.compute_slowdown_during_collectives = compute.NumberIn("slowdown_during_collectives", 0, 10, 0.08);
 
   JsonObject host = root.Object("host");
@@ -184,6 +186,7 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   p.device_to_host_bytes_per_s = host.NumberIn("device_to_host_bytes_per_s", 1, kMaxRate);
   p.copies_share_link = host.Bool("copies_share_link", false);
   p.cpu_adam_params_per_s = host.NumberIn("cpu_adam_params_per_s", 1, kMaxRate);
+  p.step_overhead_s = host.NumberIn("step_overhead_s", 0, 3600, 0);
 
   JsonObject topo = root.Object("topology");
   p.gpus_per_node = static_cast<int>(topo.Integer("gpus_per_node", 1, 1024));
@@ -206,7 +209,8 @@ nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
             {"workspace_bytes", p.workspace_bytes},
             {"collective_buffer_bytes", p.collective_buffer_bytes},
             {"fragmentation", p.fragmentation},
-            {"usable_fraction", p.usable_fraction}}},
+            {"usable_fraction", p.usable_fraction},
+            {"margin_fraction", p.memory_margin_fraction}}},
           {"compute",
            {{"bf16_peak_flops", p.bf16_peak_flops},
             {"gemm", {{"max_efficiency", p.gemm_max_efficiency}, {"half_efficiency_dim", p.gemm_half_efficiency_dim}}},
@@ -216,13 +220,15 @@ nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
             {"memory_bandwidth_bytes_per_s", p.memory_bandwidth_bytes_per_s},
             {"elementwise_efficiency", p.elementwise_efficiency},
             {"kernel_launch_s", p.kernel_launch_s},
+            {"kernel_overhead_s", p.kernel_overhead_s},
             {"slowdown_during_collectives", p.compute_slowdown_during_collectives}}},
           {"host",
            {{"memory_bytes_per_gpu", p.host_memory_bytes},
             {"host_to_device_bytes_per_s", p.host_to_device_bytes_per_s},
             {"device_to_host_bytes_per_s", p.device_to_host_bytes_per_s},
             {"copies_share_link", p.copies_share_link},
-            {"cpu_adam_params_per_s", p.cpu_adam_params_per_s}}},
+            {"cpu_adam_params_per_s", p.cpu_adam_params_per_s},
+            {"step_overhead_s", p.step_overhead_s}}},
           {"topology", {{"gpus_per_node", p.gpus_per_node}}},
           {"collectives", {{"intra_node", LinkToJson(p.intra_node)}, {"inter_node", LinkToJson(p.inter_node)}}},
           {"price_per_gpu_hour", p.price_per_gpu_hour}};

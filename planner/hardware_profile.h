@@ -49,6 +49,10 @@ struct HardwareProfile {
   double fragmentation = 0.25;
   // Fraction of memory_bytes the planner lets a plan reserve (headroom for spikes).
   double usable_fraction = 0.95;
+  // The spread of the memory prediction's error that calibration measured
+  // (llmplan calibrate): a plan fits only with this fraction of its
+  // predicted peak to spare. 0 until calibrated.
+  double memory_margin_fraction = 0;
 
   // --- compute ---
   double bf16_peak_flops = 0;     // datasheet dense bf16 (MFU denominator)
@@ -61,7 +65,8 @@ struct HardwareProfile {
   double attention_backward_flops_per_s = 0;
   double memory_bandwidth_bytes_per_s = 0;  // achieved, read+write
   double elementwise_efficiency = 0.7;      // fraction of memory bandwidth elementwise kernels reach
-  double kernel_launch_s = 4e-6;            // host cost of one launch, hidden unless work is tiny
+  double kernel_launch_s = 4e-6;            // host cost of issuing one kernel (the host runs ahead unless work is tiny)
+  double kernel_overhead_s = 0;             // device time each kernel adds beyond its work (launch latency, tail)
   // Compute slows by this fraction while a collective runs beside it (SMs and
   // HBM shared with NCCL's kernels).
   double compute_slowdown_during_collectives = 0.08;
@@ -74,6 +79,9 @@ struct HardwareProfile {
   // switch shared); false when they are full duplex.
   bool copies_share_link = false;
   double cpu_adam_params_per_s = 0;  // vectorised, multi-threaded CPU AdamW
+  // Host time per step outside the step program: taking the step's batches
+  // from the loader, the end-of-step synchronisation and logging.
+  double step_overhead_s = 0;
 
   // --- topology ---
   int gpus_per_node = 8;  // one NVLink domain per node

@@ -10,7 +10,7 @@ double HostCapacityPerGpu(const Plan& plan, const HardwareProfile& profile) {
 }
 
 Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile, const StepProgram& program,
-                                const SimulationResult& sim) {
+                                const SimulationResult& sim, const MemoryTimeline& memory) {
   Estimate e;
   e.plan = plan;
   const PersistentMemory& pm = program.persistent;
@@ -23,7 +23,7 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
        {"compute_params", pm.compute_params},
        {"workspaces", pm.workspaces}};
   for (int c = 0; c < kNumMemoryCategories; ++c)
-    b.emplace_back(MemoryCategoryName(static_cast<MemoryCategory>(c)), sim.at_peak[c]);
+    b.emplace_back(MemoryCategoryName(static_cast<MemoryCategory>(c)), memory.at_peak[c]);
   double allocated = 0;
   for (const auto& [name, bytes] : b) allocated += bytes;
   m.peak_allocated_bytes = allocated;
@@ -71,19 +71,21 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
     }
   }
   TimeEstimate& t = e.time;
-  t.step_seconds = sim.step_seconds;
+  // The program's makespan plus what the host does each step outside it.
+  t.step_seconds = sim.step_seconds + profile.step_overhead_s;
   double compute_busy = sim.busy_seconds[static_cast<int>(StreamKind::kCompute)];
   t.breakdown = {{"forward", fwd},
                  {"backward", bwd},
                  {"recompute", recompute},
                  {"optimizer", opt},
                  {"exposed_communication", sim.exposed_communication_seconds},
-                 {"other_idle", std::max(0.0, sim.step_seconds - compute_busy - sim.exposed_communication_seconds)}};
+                 {"other_idle", std::max(0.0, sim.step_seconds - compute_busy - sim.exposed_communication_seconds)},
+                 {"host_overhead", profile.step_overhead_s}};
   for (int s = 0; s < kNumStreams; ++s)
     t.stream_busy.emplace_back(StreamName(static_cast<StreamKind>(s)), sim.busy_seconds[s]);
 
   double tokens = static_cast<double>(plan.micro_batch * plan.seq_len * plan.grad_accum);
-  e.tokens_per_second_per_gpu = sim.step_seconds > 0 ? tokens / sim.step_seconds : 0;
+  e.tokens_per_second_per_gpu = t.step_seconds > 0 ? tokens / t.step_seconds : 0;
   e.mfu = e.tokens_per_second_per_gpu * plan.model.ModelFlopsPerToken(plan.seq_len) / profile.bf16_peak_flops;
   e.hfu = e.tokens_per_second_per_gpu * HardwareFlopsPerToken(plan) / profile.bf16_peak_flops;
   return e;
@@ -96,7 +98,8 @@ Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile
   SimulationOptions options;
   options.record_timeline = record_timeline;
   ev.simulation = Simulate(ev.program, cost, options);
-  ev.estimate = EstimateFromSimulation(plan, profile, ev.program, ev.simulation);
+  ev.memory = ReplayMemory(ev.program);
+  ev.estimate = EstimateFromSimulation(plan, profile, ev.program, ev.simulation, ev.memory);
   return ev;
 }
 
@@ -104,7 +107,7 @@ Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile) {
   StepProgram program = BuildStepProgram(plan, profile);
   CostModel cost(profile);
   SimulationResult sim = Simulate(program, cost);
-  return EstimateFromSimulation(plan, profile, program, sim);
+  return EstimateFromSimulation(plan, profile, program, sim, ReplayMemory(program));
 }
 
 }  // namespace llmplan

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "planner/estimate.h"
+#include "planner/memory_timeline.h"
 #include "planner/step_program.h"
 #include "simulator/simulator.h"
 
@@ -12,7 +13,8 @@ namespace llmplan {
 
 struct Evaluation {
   StepProgram program;
-  SimulationResult simulation;
+  SimulationResult simulation;  // time
+  MemoryTimeline memory;        // memory, in issue order (what the allocator sees)
   Estimate estimate;
 };
 
@@ -24,8 +26,9 @@ Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile);
 // shared by the job's GPUs on the node, else the profile's per-GPU figure.
 double HostCapacityPerGpu(const Plan& plan, const HardwareProfile& profile);
 
-// The Estimate of an already simulated program (used by EvaluatePlan).
+// The Estimate of an already simulated program (used by EvaluatePlan):
+// time from the simulation, memory from the issue-order replay.
 Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile, const StepProgram& program,
-                                const SimulationResult& sim);
+                                const SimulationResult& sim, const MemoryTimeline& memory);
 
 }  // namespace llmplan

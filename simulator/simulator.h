@@ -42,6 +42,7 @@ struct SimulationResult {
   // nothing it can run: communication that prefetching failed to hide.
   double exposed_communication_seconds = 0;
   std::vector<OpTiming> ops;  // indexed by StepOp::id
+  double start_of(int op) const { return ops.at(op).start; }
 
   double peak_transient_bytes = 0;  // max over time of the op-stream allocations
   double peak_time = 0;

@@ -50,13 +50,16 @@ void Run(const SimulateOptions& o) {
     nlohmann::json j = EstimateToJson(e, profile);
     j["simulation"] = {{"ops", ev.program.ops.size()},
                        {"exposed_communication_s", ev.simulation.exposed_communication_seconds},
-                       {"peak_time_s", ev.simulation.peak_time}};
+                       {"peak_time_s", ev.simulation.peak_time},
+                       {"peak_op", ev.memory.peak_op >= 0 ? ev.program.ops[ev.memory.peak_op].name : ""}};
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << "llmplan simulate: " << plan.model.name << " on " << plan.gpus << " x " << profile.name << ", "
               << ev.program.ops.size() << " operations per step\n\n";
     PrintEstimate(std::cout, e, profile);
-    std::cout << "\nMemory peak at " << FormatSeconds(ev.simulation.peak_time) << " into the step\n";
+    if (ev.memory.peak_op >= 0)
+      std::cout << "\nMemory peak at \"" << ev.program.ops[ev.memory.peak_op].name << "\" ("
+                << FormatSeconds(ev.simulation.start_of(ev.memory.peak_op)) << " into the step)\n";
     if (!o.trace.empty()) std::cout << "trace written to " << o.trace << " (open in ui.perfetto.dev)\n";
     if (!o.svg.empty()) std::cout << "picture written to " << o.svg << "\n";
   }
