@@ -1,6 +1,10 @@
 // Sharding applied to a plain model (see shard_model.h).
 #include "executor/shard_model.h"
 
+#include <algorithm>
+#include <exception>
+#include <thread>
+
 #include "executor/comm/collective_watchdog.h"
 #include "executor/comm/communicator.h"
 #include "executor/torch_compat.h"
@@ -23,6 +27,26 @@ std::vector<FlatUnit> MakeFlatUnits(const LlamaModel& model, const at::Device& d
   return units;
 }
 
+namespace {
+
+// Unit u's whole initial values, fp32 on the host (equal to the one-process
+// initialisation whatever the sharding).
+at::Tensor InitialValues(const LlamaModel& model, int u, uint64_t seed) {
+  int64_t numel = 0;
+  for (const auto& shape : model.unit_params(u)) numel += shape.numel();
+  at::Tensor full = at::zeros({numel}, at::TensorOptions().dtype(at::kFloat));
+  std::vector<at::Tensor> views;
+  int64_t offset = 0;
+  for (const auto& shape : model.unit_params(u)) {
+    views.push_back(full.narrow(0, offset, shape.numel()).view(shape.shape));
+    offset += shape.numel();
+  }
+  model.InitUnit(u, views, seed);
+  return full;
+}
+
+}  // namespace
+
 std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan, const at::Device& device,
                                        int shard_rank) {
   FlatUnitOptions options;
@@ -33,31 +57,45 @@ std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan
   // no_shard programs never release (and never gather: the optimizer step
   // refreshes the resident copy).
   options.compute_resident = plan.strategy == ShardingStrategy::kNoShard;
+  // Each unit draws its initial values from its own generator on the host,
+  // one normal at a time (a generator is sequential): for an 8B model that is
+  // a minute on one core. Units are independent, so a batch of them is drawn
+  // on parallel threads, then handed to the device in order.
+  const int n = model.num_units();
+  const int batch = std::max(1, std::min(8, static_cast<int>(std::thread::hardware_concurrency())));
   std::vector<FlatUnit> units;
-  units.reserve(model.num_units());
-  for (int u = 0; u < model.num_units(); ++u) {
-    units.emplace_back(model.unit_params(u), options, device);
-    FlatUnit& unit = units.back();
-    // The whole unit's initial values on the host (each unit draws from its
-    // own generator, so this equals the one-process initialisation), then
-    // this rank's slice.
-    at::Tensor full = at::zeros({unit.numel()}, at::TensorOptions().dtype(at::kFloat));
-    std::vector<at::Tensor> views;
-    int64_t offset = 0;
-    for (const auto& shape : unit.shapes()) {
-      views.push_back(full.narrow(0, offset, shape.numel()).view(shape.shape));
-      offset += shape.numel();
+  units.reserve(n);
+  for (int first = 0; first < n; first += batch) {
+    const int last = std::min(n, first + batch);
+    std::vector<at::Tensor> full(last - first);
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> failed(last - first);
+    for (int u = first; u < last; ++u) {
+      threads.emplace_back([&, u] {
+        try {
+          full[u - first] = InitialValues(model, u, plan.seed);
+        } catch (...) {
+          failed[u - first] = std::current_exception();
+        }
+      });
     }
-    model.InitUnit(u, views, plan.seed);
-    unit.SetMasterFromFull(full);
-    if (unit.group_size() == 1) {
-      unit.GatherLocal();
-      unit.ReleaseComputeGrad();  // each backward materialises it (15 GiB of bf16 idle for an 8B model)
-    } else {
-      // Gathered and gradient copies cost memory only while the program
-      // says so (gather .. release, backward .. reduce-scatter).
-      unit.ReleaseCompute();
-      unit.ReleaseComputeGrad();
+    for (auto& t : threads) t.join();
+    for (const auto& e : failed)
+      if (e) std::rethrow_exception(e);
+    for (int u = first; u < last; ++u) {
+      units.emplace_back(model.unit_params(u), options, device);
+      FlatUnit& unit = units.back();
+      unit.SetMasterFromFull(full[u - first]);  // this rank's slice
+      full[u - first] = at::Tensor();
+      if (unit.group_size() == 1) {
+        unit.GatherLocal();
+        unit.ReleaseComputeGrad();  // each backward materialises it (15 GiB of bf16 idle for an 8B model)
+      } else {
+        // Gathered and gradient copies cost memory only while the program
+        // says so (gather .. release, backward .. reduce-scatter).
+        unit.ReleaseCompute();
+        unit.ReleaseComputeGrad();
+      }
     }
   }
   return units;

@@ -16,6 +16,7 @@
 #include "executor/optimizer/adamw.h"
 #include "executor/shard_model.h"
 #include "executor/step_interpreter.h"
+#include "executor/torch_compat.h"
 #include "planner/hardware_profile.h"
 #include "planner/plan.h"
 #include "planner/step_program.h"
@@ -89,7 +90,8 @@ class PatternBatches : public BatchSource {
 // Everything one step needs, built the way the trainer builds it.
 struct Rig {
   explicit Rig(const Plan& p, const at::Device& device = at::Device(at::kCPU))
-      : plan(p),
+      : counted((compat::InstallCpuTensorCounter(), true)),  // before any tensor, as the trainer does
+        plan(p),
         model(p.model),
         units(MakeShardedUnits(model, p, device, /*shard_rank=*/0)),
         optimizer(p.optimizer, ShardNumels(units), device, /*allow_fused=*/true, OffloadsOptimizer(p.offload)),
@@ -109,6 +111,7 @@ struct Rig {
     return at::cat(m);
   }
 
+  bool counted;
   Plan plan;
   LlamaModel model;
   std::vector<FlatUnit> units;

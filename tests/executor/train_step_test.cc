@@ -2,6 +2,8 @@
 // gradients, micro-batch 4 equals 2 x accumulation 2, a program with gathers
 // (full_shard on one device) equals one without, bad batches are refused
 // before any kernel, and the loss falls over a short run.
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -211,7 +213,8 @@ TEST(TrainerTest, LossFallsAndMetricsAreWritten) {
   plan.checkpoint_layers = {1, 2};
   plan.optimizer.lr = 1e-2;
   plan.optimizer.warmup_steps = 5;
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "llmplan_trainer_test";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("llmplan_trainer_test_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   TrainConfig config;
   config.plan = plan;

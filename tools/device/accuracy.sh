@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The accuracy suite: predict, then measure, every configuration of
+# tools/device/accuracy/suite.txt on the GPU machine.
+#
+#   tools/device/accuracy.sh [NAME...]           THERE (after gpu_build.sh; kind nvidia-h200-x2 for the 2-GPU rows)
+#   tools/device/accuracy.sh --plans-only DIR     here: write the plans only (every row must be predicted to fit)
+#
+# For each row: `llmplan estimate` with every choice pinned writes the plan
+# (and its prediction, estimate.json); `llmplan run --no-final-weights` trains
+# it for LLMPLAN_ACCURACY_STEPS steps (default 4: the first is warm-up) and
+# keeps its run directory. Rows that use one GPU run on GPU 0. At the end the
+# run directories are packed into $OUT/accuracy.tar.gz (the device tool
+# returns at most 8 files) and a table of predicted vs measured step time and
+# memory is printed. `llmplan compare` and `llmplan calibrate` read the run
+# directories back on any machine. LLMPLAN_ACCURACY_DEADLINE (seconds since
+# the epoch) skips the rows that would start after it, so a device call that
+# has a time limit still packs what ran.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+suite="$root/tools/device/accuracy/suite.txt"
+build="${LLMPLAN_GPU_BUILD_DIR:-$root/build-gpu}"
+steps="${LLMPLAN_ACCURACY_STEPS:-4}"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+plans_only=""
+if [ "${1:-}" = "--plans-only" ]; then
+  plans_only="${2:?--plans-only needs a directory}"
+  build="${LLMPLAN_BUILD_DIR:-$root/build}"
+  shift 2
+fi
+llmplan="$build/tools/llmplan"
+[ -x "$llmplan" ] || { echo "accuracy: $llmplan is missing: build first" >&2; exit 2; }
+out="${plans_only:-${OUT:+$OUT/accuracy}}"
+out="${out:-$build/accuracy}"
+runs="$out/runs"
+mkdir -p "$runs"
+
+# Token content does not change step time: the repository's sources, byte-level.
+tokens="$out/tokens.bin"
+if [ -z "$plans_only" ] && [ ! -f "$tokens" ]; then
+  "$llmplan" data prepare -o "$tokens" \
+    $(find "$root/planner" "$root/executor" "$root/simulator" "$root/tools" -name '*.cc' -o -name '*.h') >/dev/null ||
+    { echo "accuracy: cannot make the token file" >&2; exit 1; }
+fi
+
+wanted=" $* "
+failed=0
+while read -r name gpus model seq mb ga ckpt strategy offload; do
+  case "$name" in ''|'#'*) continue ;; esac
+  [ "$#" -eq 0 ] || [[ "$wanted" == *" $name "* ]] || continue
+  [ -d "$root/tools/device/accuracy/$model" ] && model="$root/tools/device/accuracy/$model/config.json"
+  dir="$runs/$name"
+  rm -rf "$dir"
+  mkdir -p "$dir.plan"
+  if ! "$llmplan" estimate --model "$model" --gpus "$gpus" --gpu h200-sxm --seq "$seq" --micro-batch "$mb" \
+      --grad-accum "$ga" --global-batch $((mb * ga * gpus)) --checkpoint-layers "$ckpt" --strategy "$strategy" \
+      --offload "$offload" --host-memory 240 --json -o "$dir.plan/plan.json" >"$dir.plan/estimate.json" 2>"$dir.plan/estimate.err"; then
+    echo "$name: no plan: $(head -c 300 "$dir.plan/estimate.err")"
+    failed=1
+    continue
+  fi
+  [ -n "$plans_only" ] && { echo "$name: plan written"; continue; }
+  if [ -n "${LLMPLAN_ACCURACY_DEADLINE:-}" ] && [ "$(date +%s)" -ge "$LLMPLAN_ACCURACY_DEADLINE" ]; then
+    echo "$name: skipped (deadline)"
+    rm -rf "$dir.plan"
+    continue
+  fi
+  visible=""
+  [ "$gpus" -eq 1 ] && visible="CUDA_VISIBLE_DEVICES=0"
+  start=$(date +%s)
+  env $visible LLMPLAN_COLLECTIVE_TIMEOUT_S=120 timeout 300 "$llmplan" run --plan "$dir.plan/plan.json" \
+    --data "$tokens" --steps "$steps" --no-final-weights --out "$dir" >"$dir.log" 2>&1
+  rc=$?
+  cp "$dir.plan/estimate.json" "$dir/" 2>/dev/null
+  mv "$dir.log" "$dir/run.log" 2>/dev/null
+  rm -rf "$dir.plan"
+  echo "$name: rc=$rc in $(( $(date +%s) - start )) s"
+  [ $rc -eq 0 ] || { tail -3 "$dir/run.log"; failed=1; }
+done < "$suite"
+[ -n "$plans_only" ] && exit $failed
+
+python3 - "$runs" <<'EOF'
+import json, os, sys
+runs = sys.argv[1]
+print(f"{'run':<5} {'step pred':>9} {'meas':>8} {'err':>7}  {'alloc GiB pred':>14} {'meas':>7} {'err':>7}  {'resv pred':>9} {'meas':>7} {'err':>7}")
+for name in sorted(os.listdir(runs)):
+    d = os.path.join(runs, name)
+    try:
+        est = json.load(open(os.path.join(d, "estimate.json")))
+        steps = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))][1:]
+    except Exception as e:
+        print(f"{name:<5} (no result: {e})"); continue
+    if not steps: print(f"{name:<5} (no timed step)"); continue
+    step = sum(s["step_s"] for s in steps) / len(steps)
+    alloc = max(s["peak_allocated_bytes"] for s in steps) / 2**30
+    resv = max(s["peak_reserved_bytes"] for s in steps) / 2**30
+    ps, pa, pr = est["time"]["step_s"], est["memory"]["peak_allocated_bytes"] / 2**30, est["memory"]["peak_reserved_bytes"] / 2**30
+    e = lambda p, m: f"{100 * (p - m) / m:+6.1f}%"
+    print(f"{name:<5} {ps:9.3f} {step:8.3f} {e(ps, step)}  {pa:14.2f} {alloc:7.2f} {e(pa, alloc)}  {pr:9.2f} {resv:7.2f} {e(pr, resv)}")
+EOF
+tar czf "$out/../accuracy.tar.gz" -C "$out" runs 2>/dev/null && echo "accuracy: run directories in $(cd "$out/.." && pwd)/accuracy.tar.gz"
+exit $failed
