@@ -30,8 +30,9 @@ if [ "${1:-}" = "--plans-only" ]; then
 fi
 llmplan="$build/tools/llmplan"
 [ -x "$llmplan" ] || { echo "accuracy: $llmplan is missing: build first" >&2; exit 2; }
-out="${plans_only:-${OUT:+$OUT/accuracy}}"
-out="${out:-$build/accuracy}"
+# Run directories stay on the machine ($build/accuracy); only the packed
+# archive goes to $OUT (the device tool returns a handful of files).
+out="${plans_only:-$build/accuracy}"
 runs="$out/runs"
 mkdir -p "$runs"
 
@@ -98,5 +99,6 @@ for name in sorted(os.listdir(runs)):
     e = lambda p, m: f"{100 * (p - m) / m:+6.1f}%"
     print(f"{name:<5} {ps:9.3f} {step:8.3f} {e(ps, step)}  {pa:14.2f} {alloc:7.2f} {e(pa, alloc)}  {pr:9.2f} {resv:7.2f} {e(pr, resv)}")
 EOF
-tar czf "$out/../accuracy.tar.gz" -C "$out" runs 2>/dev/null && echo "accuracy: run directories in $(cd "$out/.." && pwd)/accuracy.tar.gz"
+archive="${OUT:-$out}/accuracy.tar.gz"
+tar czf "$archive" -C "$out" runs 2>/dev/null && echo "accuracy: run directories packed in $archive"
 exit $failed
