@@ -8,10 +8,13 @@
 
 #include "planner/user_error.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"llmplan: plan, simulate and run multi-GPU LLM training"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", llmplan::cli::VersionText(),
+                       "Print llmplan's version and the LibTorch, CUDA and NCCL versions it was built with");
   llmplan::cli::AddEstimateCommand(app);
   llmplan::cli::AddSimulateCommand(app);
 #ifdef LLMPLAN_WITH_TORCH
@@ -20,9 +23,7 @@ int main(int argc, char** argv) {
 #endif
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --help-all, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "llmplan: " << e.what() << " (see llmplan --help)\n";
