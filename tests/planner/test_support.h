@@ -65,16 +65,21 @@ struct CliResult {
   std::string out, err;
 };
 
-// Runs `llmplan <args>` (args are passed to /bin/sh as written; quote them).
-inline CliResult RunCli(const std::string& args, const ScratchDir& dir) {
+// Runs `command` with /bin/sh, stdin from /dev/null.
+inline CliResult RunShell(const std::string& command, const ScratchDir& dir) {
   std::string out = dir.File("cli_stdout.txt"), err = dir.File("cli_stderr.txt");
-  std::string cmd = std::string("'") + LLMPLAN_BINARY + "' " + args + " >'" + out + "' 2>'" + err + "' </dev/null";
+  std::string cmd = command + " >'" + out + "' 2>'" + err + "' </dev/null";
   int status = std::system(cmd.c_str());
   CliResult r;
   if (status != -1 && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   r.out = ReadFile(out);
   r.err = ReadFile(err);
   return r;
+}
+
+// Runs `llmplan <args>` (args are passed to /bin/sh as written; quote them).
+inline CliResult RunCli(const std::string& args, const ScratchDir& dir) {
+  return RunShell(std::string("'") + LLMPLAN_BINARY + "' " + args, dir);
 }
 
 }  // namespace llmplan::testing

@@ -30,6 +30,7 @@
 #include "executor/data/token_file.h"
 #include "planner/user_error.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/executor_commands.h"
 
 namespace llmplan::cli {
 
@@ -201,7 +202,7 @@ void RunInspect(const std::string& path, const std::string& format) {
 }  // namespace
 
 void AddDataCommand(CLI::App& app) {
-  CLI::App* data = app.add_subcommand("data", "Prepare token files for llmplan run");
+  CLI::App* data = app.add_subcommand("data", ExecutorCommandSummary("data"));
   data->require_subcommand(1);
   CLI::App* prepare = data->add_subcommand(
       "prepare",

@@ -16,6 +16,7 @@
 #include "planner/plan.h"
 #include "planner/user_error.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/executor_commands.h"
 
 namespace llmplan::cli {
 
@@ -61,6 +62,8 @@ void RunCommand(const RunOptions& o) {
       throw UserError("the plan spans " + std::to_string(config.plan.gpus) +
                       " GPUs on several nodes: start one `llmplan run` per GPU with torchrun or srun");
     }
+    // This process is llmplan-executor (llmplan exec'd it), so the ranks the
+    // launcher starts are too: they re-run this command line as this binary.
     executor::LaunchSpec spec;
     spec.argv = executor::SelfArgv();
     spec.nprocs = local_ranks;
@@ -75,7 +78,7 @@ void RunCommand(const RunOptions& o) {
 
 void AddRunCommand(CLI::App& app) {
   auto options = std::make_shared<RunOptions>();
-  CLI::App* run = app.add_subcommand("run", "train a plan: one process per GPU of the plan (or --cpu-ranks on the CPU), metrics per step");
+  CLI::App* run = app.add_subcommand("run", ExecutorCommandSummary("run"));
   run->add_option("--plan", options->plan_path, "plan JSON (from llmplan estimate -o)")->required();
   run->add_option("--data", options->data_path, "token file (llmplan data prepare, nanoGPT .bin, llm.c .bin)")
       ->required();
