@@ -49,5 +49,11 @@ TEST(ExecutorBinaryTest, EveryCommandLlmplanForwardsIsTheExecutors) {
   }
 }
 
+TEST(ExecutorBinaryTest, UnknownCommandIsNamed) {
+  const CommandResult r = RunExecutor("estimate");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(r.output, "llmplan: unknown command 'estimate'; commands: run, data (see llmplan --help)\n");
+}
+
 }  // namespace
 }  // namespace llmplan

@@ -1,7 +1,7 @@
 // The llmplan binary itself, as a user meets it before any command runs: it
 // does not load LibTorch (the executor is llmplan-executor, which llmplan
-// execs for run and data), --version, --help, and an executor command when
-// the executor is not there.
+// execs for run and data), --version, --help, an unknown command, no command,
+// and an executor command when the executor is not there.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@ namespace llmplan {
 namespace {
 
 using testing::CliResult;
+using testing::ExpectBadInput;
 using testing::RunCli;
 using testing::RunShell;
 using testing::ScratchDir;
@@ -54,6 +55,23 @@ TEST(PlannerBinaryTest, HelpListsPlannerAndExecutorCommands) {
   for (const char* expected : {"estimate", "simulate", "run", "Train a plan", "data", "token files", "--version"}) {
     EXPECT_NE(r.out.find(expected), std::string::npos) << expected << " missing:\n" << r.out;
   }
+}
+
+TEST(PlannerBinaryTest, UnknownCommandIsNamedWithTheCommands) {
+  ScratchDir dir;
+  ExpectBadInput("frobnicate --model llama3-8b", dir);
+  CliResult r = RunCli("frobnicate", dir);
+  EXPECT_EQ(r.err, "llmplan: unknown command 'frobnicate'; commands: estimate, simulate, run, data (see llmplan --help)\n");
+}
+
+TEST(PlannerBinaryTest, NoCommandPrintsTheHelpAndExits2) {
+  // Nothing was done: a script that lost its command word must not succeed.
+  ScratchDir dir;
+  CliResult r = RunCli("", dir);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("estimate"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("run"), std::string::npos) << r.err;
 }
 
 TEST(PlannerBinaryTest, ExecutorCommandWithoutTheExecutorIsOneLine) {

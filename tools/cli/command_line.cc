@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <iostream>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -10,10 +11,42 @@
 
 namespace llmplan::cli {
 
+namespace {
+
+// CLI11 answers an unknown first word with "A subcommand is required" or
+// "The following argument was not expected", which does not say that the
+// word was taken for a command.
+bool NamesNoSubcommand(const CLI::App& app, const std::string& word) {
+  if (word.empty() || word[0] == '-') return false;  // an option: CLI11 reports it
+  for (const CLI::App* subcommand : app.get_subcommands({})) {
+    if (subcommand->check_name(word)) return false;
+  }
+  return true;
+}
+
+std::string CommandList(const CLI::App& app) {
+  std::string list;
+  for (const CLI::App* subcommand : app.get_subcommands({})) {
+    list += (list.empty() ? "" : ", ") + subcommand->get_name();
+  }
+  return list;
+}
+
+}  // namespace
+
 int RunCommandLine(CLI::App& app, int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", VersionText(),
                        "Print llmplan's version and the LibTorch, CUDA and NCCL versions it was built with");
+  if (argc < 2) {
+    std::cerr << app.help();
+    return 2;
+  }
+  if (NamesNoSubcommand(app, argv[1])) {
+    std::cerr << "llmplan: unknown command '" << argv[1] << "'; commands: " << CommandList(app)
+              << " (see llmplan --help)\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --help-all, --version

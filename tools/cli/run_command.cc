@@ -79,18 +79,18 @@ void RunCommand(const RunOptions& o) {
 void AddRunCommand(CLI::App& app) {
   auto options = std::make_shared<RunOptions>();
   CLI::App* run = app.add_subcommand("run", ExecutorCommandSummary("run"));
-  run->add_option("--plan", options->plan_path, "plan JSON (from llmplan estimate -o)")->required();
-  run->add_option("--data", options->data_path, "token file (llmplan data prepare, nanoGPT .bin, llm.c .bin)")
+  run->add_option("--plan", options->plan_path, "Plan JSON (from llmplan estimate -o)")->required();
+  run->add_option("--data", options->data_path, "Token file (llmplan data prepare, nanoGPT .bin, llm.c .bin)")
       ->required();
-  run->add_option("--steps", options->steps, "optimizer steps to run")->required();
-  run->add_option("--out", options->out, "run directory for metrics.jsonl, summary.json, op_times.jsonl")
+  run->add_option("--steps", options->steps, "Optimizer steps to run")->required();
+  run->add_option("--out", options->out, "Run directory for metrics.jsonl, summary.json, op_times.jsonl")
       ->required();
-  run->add_flag("--cpu", options->cpu, "train on the CPU instead of CUDA device 0");
-  run->add_option("--dtype", options->dtype, "compute dtype, overriding the plan's (bf16 or fp32)");
-  run->add_option("--lr", options->lr, "peak learning rate, overriding the plan's");
+  run->add_flag("--cpu", options->cpu, "Train on the CPU instead of CUDA GPUs");
+  run->add_option("--dtype", options->dtype, "Compute dtype, overriding the plan's: bf16 or fp32");
+  run->add_option("--lr", options->lr, "Peak learning rate, overriding the plan's");
   run->add_flag("--no-final-weights", options->no_final_weights,
-                "skip RUN_DIR/final.safetensors (for throughput runs: an 8B model is 32 GB to gather and write)");
-  run->add_option("--cpu-ranks", options->cpu_ranks, "with --cpu: CPU processes to start (default: the plan's gpus)")
+                "Skip RUN_DIR/final.safetensors (for throughput runs: an 8B model is 32 GB to gather and write)");
+  run->add_option("--cpu-ranks", options->cpu_ranks, "With --cpu: CPU processes to start (default: the plan's gpus)")
       ->check(CLI::Range(1, 1024));
   run->callback([options] { RunCommand(*options); });
 }
