@@ -30,7 +30,9 @@ inline CommandResult RunCommand(const std::string& command) {
   return result;
 }
 
-inline CommandResult RunLlmplan(const std::string& args) { return RunCommand(std::string(LLMPLAN_BINARY) + " " + args); }
+inline CommandResult RunLlmplan(const std::string& args) {
+  return RunCommand(std::string(LLMPLAN_BINARY) + " " + args);
+}
 
 inline CommandResult RunExecutor(const std::string& args) {
   return RunCommand(std::string(LLMPLAN_EXECUTOR_BINARY) + " " + args);

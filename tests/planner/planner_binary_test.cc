@@ -61,7 +61,8 @@ TEST(PlannerBinaryTest, UnknownCommandIsNamedWithTheCommands) {
   ScratchDir dir;
   ExpectBadInput("frobnicate --model llama3-8b", dir);
   CliResult r = RunCli("frobnicate", dir);
-  EXPECT_EQ(r.err, "llmplan: unknown command 'frobnicate'; commands: estimate, simulate, run, data (see llmplan --help)\n");
+  EXPECT_EQ(r.err,
+            "llmplan: unknown command 'frobnicate'; commands: estimate, simulate, run, data (see llmplan --help)\n");
 }
 
 TEST(PlannerBinaryTest, NoCommandPrintsTheHelpAndExits2) {

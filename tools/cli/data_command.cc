@@ -224,7 +224,8 @@ void AddDataCommand(CLI::App& app) {
   auto inspect_path = std::make_shared<std::string>();
   auto inspect_format = std::make_shared<std::string>("auto");
   inspect->add_option("file", *inspect_path, "Token file")->required();
-  inspect->add_option("--data-format", *inspect_format, "Token file format: auto (default), u16, u32, llmc or megatron");
+  inspect->add_option("--data-format", *inspect_format,
+                      "Token file format: auto (default), u16, u32, llmc or megatron");
   inspect->callback([inspect_path, inspect_format] { RunInspect(*inspect_path, *inspect_format); });
 }
 

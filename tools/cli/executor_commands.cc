@@ -56,7 +56,9 @@ bool IsExecutorCommand(std::string_view name) { return Find(name) != nullptr; }
 const char* ExecutorCommandSummary(std::string_view name) { return Find(name)->summary; }
 
 void ListExecutorCommands(CLI::App& app) {
-  for (const ExecutorCommand& command : kExecutorCommands) app.add_subcommand(std::string(command.name), command.summary);
+  for (const ExecutorCommand& command : kExecutorCommands) {
+    app.add_subcommand(std::string(command.name), command.summary);
+  }
 }
 
 void ExecExecutor(int argc, char** argv) {
@@ -67,8 +69,7 @@ void ExecExecutor(int argc, char** argv) {
   executor_argv[0] = path.data();
   ::execv(path.c_str(), executor_argv.data());
   // Only reached when execv failed.
-  const std::string command = argc > 1 ? argv[1] : "run";
-  if (errno == ENOENT) throw UserError(MissingExecutorMessage(command, path, use_environment));
+  if (errno == ENOENT) throw UserError(MissingExecutorMessage(argv[1], path, use_environment));
   throw UserError("cannot run the executor " + path + " (" + std::strerror(errno) + ")");
 }
 

@@ -44,7 +44,7 @@ void ListExecutorCommands(CLI::App& app);
 // directory of this process's binary.
 // Throws UserError naming how to get the executor when it is not there, or
 // saying why it could not be run.
-// REQUIRES: argc >= 1, argv[argc] == nullptr.
+// REQUIRES: argc >= 2, IsExecutorCommand(argv[1]), argv[argc] == nullptr.
 [[noreturn]] void ExecExecutor(int argc, char** argv);
 
 }  // namespace llmplan::cli
