@@ -1,6 +1,8 @@
 // RunLlmplan: runs the built llmplan binary (LLMPLAN_BINARY) with `args` and
 // returns its exit status and its stdout and stderr together, for executor
-// tests that check the CLI end to end.
+// tests that check the CLI end to end. llmplan is the planner binary: for run
+// and data it execs llmplan-executor, so these tests take the user's path.
+// RunExecutor runs llmplan-executor (LLMPLAN_EXECUTOR_BINARY) directly.
 #pragma once
 
 #include <sys/wait.h>
@@ -15,10 +17,10 @@ struct CommandResult {
   std::string output;  // stdout and stderr
 };
 
-inline CommandResult RunLlmplan(const std::string& args) {
+// Runs `command` with /bin/sh.
+inline CommandResult RunCommand(const std::string& command) {
   CommandResult result;
-  const std::string command = std::string(LLMPLAN_BINARY) + " " + args + " 2>&1";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
+  std::FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
   if (pipe == nullptr) return result;
   char buffer[4096];
   size_t n;
@@ -26,6 +28,14 @@ inline CommandResult RunLlmplan(const std::string& args) {
   const int raw = ::pclose(pipe);
   result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   return result;
+}
+
+inline CommandResult RunLlmplan(const std::string& args) {
+  return RunCommand(std::string(LLMPLAN_BINARY) + " " + args);
+}
+
+inline CommandResult RunExecutor(const std::string& args) {
+  return RunCommand(std::string(LLMPLAN_EXECUTOR_BINARY) + " " + args);
 }
 
 }  // namespace llmplan::executor_test

@@ -1,8 +1,12 @@
 // `llmplan run` end to end through the built binary on CPU: a plan from
 // `llmplan estimate --gpu cpu`, real text from `llmplan data prepare`, a short
-// run whose loss falls; and one-line errors with exit status 2.
+// run whose loss falls; two ranks, launched by llmplan or started as torchrun
+// starts them; and one-line errors with exit status 2.
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,8 +16,10 @@
 #include <gtest/gtest.h>
 
 #include "tests/executor/cli_runner.h"
+#include "tests/executor/rank_processes.h"
 #include <nlohmann/json.hpp>
 
+#include "executor/launcher/launcher.h"
 #include "planner/plan.h"
 
 namespace llmplan {
@@ -68,8 +74,42 @@ class RunCommandTest : public ::testing::Test {
         .write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
   }
 
+  // A 2-rank full_shard plan of tiny-llama for the CPU (with the quick data).
+  void MakeTwoRankPlan() {
+    CommandResult plan = RunLlmplan("estimate --model tiny-llama --gpus 2 --gpu cpu --seq 64 --global-batch 4 "
+                                    "--strategy full_shard -o " + Path("plan2.json"));
+    ASSERT_EQ(plan.status, 0) << plan.output;
+  }
+
   std::filesystem::path dir_;
 };
+
+// Starts `llmplan <args>` as rank `rank` of `world`, with the variables
+// torchrun sets, output to `log`. The environment is built before fork: the
+// child only execs.
+pid_t StartTorchrunRank(const std::string& args, int rank, int world, int port, const std::string& log) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  for (const std::string& name : {"RANK", "LOCAL_RANK"}) env.push_back(name + "=" + std::to_string(rank));
+  for (const std::string& name : {"WORLD_SIZE", "LOCAL_WORLD_SIZE"}) env.push_back(name + "=" + std::to_string(world));
+  env.push_back("MASTER_ADDR=127.0.0.1");
+  env.push_back("MASTER_PORT=" + std::to_string(port));
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string command = std::string(LLMPLAN_BINARY) + " " + args;
+  char* argv[] = {const_cast<char*>("sh"), const_cast<char*>("-c"), command.data(), nullptr};
+  const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(log_fd, STDOUT_FILENO);
+    ::dup2(log_fd, STDERR_FILENO);
+    ::execve("/bin/sh", argv, envp.data());
+    ::_exit(127);
+  }
+  ::close(log_fd);
+  return pid;
+}
 
 TEST_F(RunCommandTest, TrainsOnRealTextAndLossFalls) {
   MakePlanAndData();
@@ -84,6 +124,38 @@ TEST_F(RunCommandTest, TrainsOnRealTextAndLossFalls) {
   EXPECT_LT(last, 3.6) << run.output;
   EXPECT_EQ(summary["device"], "cpu");
   EXPECT_TRUE(std::filesystem::exists(Path("run/metrics.jsonl")));
+}
+
+TEST_F(RunCommandTest, LaunchesOneRankPerCpuRank) {
+  // llmplan execs llmplan-executor, whose launcher starts the ranks.
+  MakeQuickPlanAndData();
+  MakeTwoRankPlan();
+  CommandResult run = RunLlmplan("run --plan " + Path("plan2.json") + " --data " + Path("text.bin") +
+                                 " --steps 2 --out " + Path("run2") + " --cpu --cpu-ranks 2 --no-final-weights");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_TRUE(std::filesystem::exists(Path("run2/summary.json"))) << run.output;
+}
+
+TEST_F(RunCommandTest, RunsAsTheRankTorchrunStarted) {
+  // `torchrun --no-python --nproc-per-node 2 llmplan run ...`: torchrun's
+  // variables pass through llmplan's exec, so each process trains as its rank.
+  MakeQuickPlanAndData();
+  MakeTwoRankPlan();
+  const std::string args = "run --plan " + Path("plan2.json") + " --data " + Path("text.bin") + " --steps 2 --out " +
+                           Path("torchrun") + " --cpu --no-final-weights";
+  const int port = executor::PickFreePort();
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t rank0 = StartTorchrunRank(args, 0, 2, port, Path("rank0.log"));
+  const pid_t rank1 = StartTorchrunRank(args, 1, 2, port, Path("rank1.log"));
+  const executor_test::RankExit exit0 = executor_test::WaitRankProcess(rank0, start, std::chrono::minutes(3));
+  const executor_test::RankExit exit1 = executor_test::WaitRankProcess(rank1, start, std::chrono::minutes(3));
+  EXPECT_EQ(exit0.exit_status, 0) << executor_test::ReadText(Path("rank0.log"));
+  EXPECT_EQ(exit1.exit_status, 0) << executor_test::ReadText(Path("rank1.log"));
+  EXPECT_TRUE(std::filesystem::exists(Path("torchrun/summary.json"))) << executor_test::ReadText(Path("rank0.log"));
+  // Rank 1 reports nothing; had the variables been lost, it would have been
+  // a launcher of its own, whose rank 0 names its metrics.jsonl.
+  EXPECT_EQ(executor_test::ReadText(Path("rank1.log")).find("metrics.jsonl"), std::string::npos)
+      << executor_test::ReadText(Path("rank1.log"));
 }
 
 TEST_F(RunCommandTest, BadInputIsOneLineWithStatus2) {

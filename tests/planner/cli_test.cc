@@ -13,24 +13,10 @@ namespace llmplan {
 namespace {
 
 using testing::CliResult;
+using testing::ExpectBadInput;
 using testing::ProfilePath;
 using testing::RunCli;
 using testing::ScratchDir;
-
-int Lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
-
-// Exit status 2 (bad input), exactly one line on stderr, a message that says who speaks.
-void ExpectBadInput(const std::string& args, const ScratchDir& dir) {
-  SCOPED_TRACE("llmplan " + args);
-  CliResult r = RunCli(args, dir);
-  EXPECT_EQ(r.exit_code, 2) << "stderr: " << r.err;
-  EXPECT_EQ(Lines(r.err), 1) << "stderr: " << r.err;
-  EXPECT_FALSE(r.err.empty());
-  if (!r.err.empty()) {
-    EXPECT_EQ(r.err.back(), '\n');
-    EXPECT_EQ(r.err.rfind("llmplan: ", 0), 0u) << r.err;
-  }
-}
 
 const char* kReadme = "estimate --model llama3-8b --gpus 8 --gpu h100-sxm-80g --seq 8192 --global-batch 256";
 

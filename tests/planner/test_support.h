@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -65,16 +66,34 @@ struct CliResult {
   std::string out, err;
 };
 
-// Runs `llmplan <args>` (args are passed to /bin/sh as written; quote them).
-inline CliResult RunCli(const std::string& args, const ScratchDir& dir) {
+// Runs `command` with /bin/sh, stdin from /dev/null.
+inline CliResult RunShell(const std::string& command, const ScratchDir& dir) {
   std::string out = dir.File("cli_stdout.txt"), err = dir.File("cli_stderr.txt");
-  std::string cmd = std::string("'") + LLMPLAN_BINARY + "' " + args + " >'" + out + "' 2>'" + err + "' </dev/null";
+  std::string cmd = command + " >'" + out + "' 2>'" + err + "' </dev/null";
   int status = std::system(cmd.c_str());
   CliResult r;
   if (status != -1 && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   r.out = ReadFile(out);
   r.err = ReadFile(err);
   return r;
+}
+
+// Runs `llmplan <args>` (args are passed to /bin/sh as written; quote them).
+inline CliResult RunCli(const std::string& args, const ScratchDir& dir) {
+  return RunShell(std::string("'") + LLMPLAN_BINARY + "' " + args, dir);
+}
+
+// Exit status 2 (bad input), exactly one line on stderr, a message that says who speaks.
+inline void ExpectBadInput(const std::string& args, const ScratchDir& dir) {
+  SCOPED_TRACE("llmplan " + args);
+  CliResult r = RunCli(args, dir);
+  EXPECT_EQ(r.exit_code, 2) << "stderr: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "stderr: " << r.err;
+  EXPECT_FALSE(r.err.empty());
+  if (!r.err.empty()) {
+    EXPECT_EQ(r.err.back(), '\n');
+    EXPECT_EQ(r.err.rfind("llmplan: ", 0), 0u) << r.err;
+  }
 }
 
 }  // namespace llmplan::testing

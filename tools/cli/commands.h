@@ -1,6 +1,6 @@
 // The llmplan subcommands. Each Add*Command registers one subcommand on the
 // app; its callback runs the command. Callbacks throw UserError for bad input
-// (main prints it on one line and exits 2).
+// (RunCommandLine prints it on one line and exits 2).
 #pragma once
 
 namespace CLI {
@@ -9,12 +9,13 @@ class App;
 
 namespace llmplan::cli {
 
-void AddEstimateCommand(CLI::App& app);  // planner: llmplan estimate
-void AddSimulateCommand(CLI::App& app);  // simulator: llmplan simulate
+// llmplan (planner and simulator, no LibTorch).
+void AddEstimateCommand(CLI::App& app);  // llmplan estimate
+void AddSimulateCommand(CLI::App& app);  // llmplan simulate
 
-#ifdef LLMPLAN_WITH_TORCH
-void AddRunCommand(CLI::App& app);   // executor: llmplan run
-void AddDataCommand(CLI::App& app);  // executor: llmplan data prepare
-#endif
+// llmplan-executor (LibTorch); their names and summaries are rows of
+// kExecutorCommands (executor_commands.h).
+void AddRunCommand(CLI::App& app);   // llmplan run
+void AddDataCommand(CLI::App& app);  // llmplan data prepare, llmplan data inspect
 
 }  // namespace llmplan::cli

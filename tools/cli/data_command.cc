@@ -30,6 +30,7 @@
 #include "executor/data/token_file.h"
 #include "planner/user_error.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/executor_commands.h"
 
 namespace llmplan::cli {
 
@@ -201,18 +202,17 @@ void RunInspect(const std::string& path, const std::string& format) {
 }  // namespace
 
 void AddDataCommand(CLI::App& app) {
-  CLI::App* data = app.add_subcommand("data", "Prepare token files for llmplan run");
+  CLI::App* data = app.add_subcommand("data", ExecutorCommandSummary("data"));
   data->require_subcommand(1);
-  CLI::App* prepare = data->add_subcommand(
-      "prepare",
-      "Tokenize text files into a token file with a byte-level tokenizer: token = byte value 0..255, "
-      "256 = end of text after every document (vocab 257; any model with vocab >= 257 trains on it). "
-      "Output: llm.c's headered .bin (magic 20240520, version 1, uint16 tokens, header[2] = token count) "
-      "or raw uint16 (nanoGPT). For real training use the model's own tokenizer instead.");
+  CLI::App* prepare = data->add_subcommand("prepare", "Tokenize text files into a token file (byte-level tokenizer)");
+  prepare->footer(
+      "Tokenizer: token = byte value 0..255, 256 = end of text after every document (vocab 257; any model with "
+      "vocab >= 257 trains on it). Output: llm.c's headered .bin (magic 20240520, version 1, uint16 tokens, "
+      "header[2] = token count) or raw uint16 (nanoGPT). For real training use the model's own tokenizer instead.");
   auto options = std::make_shared<PrepareOptions>();
   prepare->add_option("--out,-o", options->out, "Token file to write (replaced atomically when complete)")
       ->required();
-  prepare->add_option("--format", options->format, "llmc (headered, default) or raw-u16")
+  prepare->add_option("--format", options->format, "Output format: llmc (headered, default) or raw-u16")
       ->check(CLI::IsMember({"llmc", "raw-u16"}));
   prepare->add_option("--split-on-line", options->separator_line,
                       "Also end a document at every line that is exactly this text (dropped), e.g. % for "
@@ -224,7 +224,8 @@ void AddDataCommand(CLI::App& app) {
   auto inspect_path = std::make_shared<std::string>();
   auto inspect_format = std::make_shared<std::string>("auto");
   inspect->add_option("file", *inspect_path, "Token file")->required();
-  inspect->add_option("--data-format", *inspect_format, "auto (default), u16, u32, llmc or megatron");
+  inspect->add_option("--data-format", *inspect_format,
+                      "Token file format: auto (default), u16, u32, llmc or megatron");
   inspect->callback([inspect_path, inspect_format] { RunInspect(*inspect_path, *inspect_format); });
 }
 

@@ -187,7 +187,7 @@ void AddEstimateCommand(CLI::App& app) {
   cmd->add_option("--host-memory", o->host_memory_gib,
                   "GiB of host memory the job may pin per node (default: the profile's per GPU x GPUs on the node)");
   cmd->add_option("--max-gpus", o->max_gpus, "Upper bound for --gpus auto")->capture_default_str();
-  cmd->add_option("--train-tokens", o->train_tokens, "Tokens to train, for time and cost (default 20 per parameter)");
+  cmd->add_option("--train-tokens", o->train_tokens, "Tokens to train, for time and cost (default: 20 per parameter)");
   cmd->add_option("--target-days", o->target_days, "With --gpus auto: also finish --train-tokens within this time");
   cmd->add_option("--loss-chunk", o->loss_chunk, "Tokens per chunk of the cross-entropy")->capture_default_str();
   cmd->add_option("--lr", o->lr, "Peak learning rate recorded in the plan");

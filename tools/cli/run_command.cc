@@ -16,6 +16,7 @@
 #include "planner/plan.h"
 #include "planner/user_error.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/executor_commands.h"
 
 namespace llmplan::cli {
 
@@ -61,6 +62,8 @@ void RunCommand(const RunOptions& o) {
       throw UserError("the plan spans " + std::to_string(config.plan.gpus) +
                       " GPUs on several nodes: start one `llmplan run` per GPU with torchrun or srun");
     }
+    // This process is llmplan-executor (llmplan exec'd it), so the ranks the
+    // launcher starts are too: they re-run this command line as this binary.
     executor::LaunchSpec spec;
     spec.argv = executor::SelfArgv();
     spec.nprocs = local_ranks;
@@ -75,19 +78,19 @@ void RunCommand(const RunOptions& o) {
 
 void AddRunCommand(CLI::App& app) {
   auto options = std::make_shared<RunOptions>();
-  CLI::App* run = app.add_subcommand("run", "train a plan: one process per GPU of the plan (or --cpu-ranks on the CPU), metrics per step");
-  run->add_option("--plan", options->plan_path, "plan JSON (from llmplan estimate -o)")->required();
-  run->add_option("--data", options->data_path, "token file (llmplan data prepare, nanoGPT .bin, llm.c .bin)")
+  CLI::App* run = app.add_subcommand("run", ExecutorCommandSummary("run"));
+  run->add_option("--plan", options->plan_path, "Plan JSON (from llmplan estimate -o)")->required();
+  run->add_option("--data", options->data_path, "Token file (llmplan data prepare, nanoGPT .bin, llm.c .bin)")
       ->required();
-  run->add_option("--steps", options->steps, "optimizer steps to run")->required();
-  run->add_option("--out", options->out, "run directory for metrics.jsonl, summary.json, op_times.jsonl")
+  run->add_option("--steps", options->steps, "Optimizer steps to run")->required();
+  run->add_option("--out", options->out, "Run directory for metrics.jsonl, summary.json, op_times.jsonl")
       ->required();
-  run->add_flag("--cpu", options->cpu, "train on the CPU instead of CUDA device 0");
-  run->add_option("--dtype", options->dtype, "compute dtype, overriding the plan's (bf16 or fp32)");
-  run->add_option("--lr", options->lr, "peak learning rate, overriding the plan's");
+  run->add_flag("--cpu", options->cpu, "Train on the CPU instead of CUDA GPUs");
+  run->add_option("--dtype", options->dtype, "Compute dtype, overriding the plan's: bf16 or fp32");
+  run->add_option("--lr", options->lr, "Peak learning rate, overriding the plan's");
   run->add_flag("--no-final-weights", options->no_final_weights,
-                "skip RUN_DIR/final.safetensors (for throughput runs: an 8B model is 32 GB to gather and write)");
-  run->add_option("--cpu-ranks", options->cpu_ranks, "with --cpu: CPU processes to start (default: the plan's gpus)")
+                "Skip RUN_DIR/final.safetensors (for throughput runs: an 8B model is 32 GB to gather and write)");
+  run->add_option("--cpu-ranks", options->cpu_ranks, "With --cpu: CPU processes to start (default: the plan's gpus)")
       ->check(CLI::Range(1, 1024));
   run->callback([options] { RunCommand(*options); });
 }
