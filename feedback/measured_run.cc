@@ -112,8 +112,8 @@ MeasuredRun LoadMeasuredRun(const std::string& dir) {
 
   std::map<int64_t, nlohmann::json> metrics;
   for (auto& j : ReadJsonLines((fs::path(dir) / "metrics.jsonl").string())) {
-    const JsonObject o(j, dir + "/metrics.jsonl");
-    metrics[o.Integer("step", 0, int64_t{1} << 40)] = std::move(j);
+    const int64_t step = JsonObject(j, dir + "/metrics.jsonl").Integer("step", 0, int64_t{1} << 40);
+    metrics[step] = std::move(j);  // (the key first: the move must not come before reading it)
   }
   const std::string times_path = (fs::path(dir) / "op_times.jsonl").string();
   for (const auto& j : ReadJsonLines(times_path)) {
