@@ -232,12 +232,10 @@ class Searcher {
     if (e.fits || req_.checkpoint_layers) return e;
     if (e.memory.host_bytes > e.memory.host_capacity_bytes) return e;  // recompute cannot help the host
     const int L = static_cast<int>(plan.model.layers);
-    auto act = BlockActivations(plan.model, plan.micro_batch, plan.seq_len);
+    const BlockActivationBytes act = BlockActivations(plan, profile_);
     // Identical blocks cost the same to recompute; unit cost suffices to rank.
     std::vector<LayerCheckpointCost> layers(L, {act.full, act.checkpointed, 1.0});
-    double t = static_cast<double>(plan.micro_batch * plan.seq_len);
-    double head = t * 6 * plan.model.hidden +
-                  std::min<double>(plan.loss_chunk_tokens, t) * static_cast<double>(plan.model.vocab) * 10;
+    const double head = act.head;
     auto cached = order_cache_.find(plan.micro_batch);
     if (cached == order_cache_.end())
       cached = order_cache_.emplace(plan.micro_batch, CheckpointOrder(layers, head, act.working, 0.0, {})).first;

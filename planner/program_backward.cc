@@ -10,7 +10,6 @@ void ProgramBuilder::Backward(int mb) {
   const bool last_mb = mb == plan_.grad_accum - 1;
   int previous = last_forward_[n - 1];
   for (int u = n - 1; u >= 0; --u) {
-    const bool block = U(u).kind == UnitKind::kBlock;
     // The embedding's backward is a scatter-add of output gradients: it
     // needs no weights, so it is never re-gathered.
     int gathered = -1;
@@ -18,9 +17,9 @@ void ProgramBuilder::Backward(int mb) {
       if (KeepsParamsThroughBackward(u)) gathered = gather_fwd_[u];
       else if (U(u).kind != UnitKind::kEmbedding) gathered = Gather(u, mb, true);
     }
-    const auto act = BlockActivations(plan_.model, plan_.micro_batch, plan_.seq_len);
+    SavedTensors& saved = saved_.at({u, mb});
     int recompute = -1;
-    if (block && plan_.IsCheckpointed(U(u).layer)) {
+    if (Recomputed(u)) {
       StepOp op;
       op.kind = OpKind::kRecompute;
       op.stream = StreamKind::kCompute;
@@ -29,7 +28,10 @@ void ProgramBuilder::Backward(int mb) {
       op.name = "recompute " + UnitName(u) + MbSuffix(mb);
       FillForwardWork(u, op.work);
       op.deps = {gathered, previous};
-      op.alloc_at_start.push_back({MemoryCategory::kRecompute, act.full - act.checkpointed});
+      MemoryScript memory(tensors_);
+      memory.saved_category = MemoryCategory::kRecompute;
+      saved = BlockRecompute(shape_, saved, memory);
+      op.alloc_at_start = memory.events;
       recompute = Add(op);
     }
     // The backward waits for the reduce-scatter two before it, whose shard
@@ -45,39 +47,43 @@ void ProgramBuilder::Backward(int mb) {
     op.unit = u;
     op.micro_batch = mb;
     op.name = "backward " + UnitName(u) + MbSuffix(mb);
-    FillForwardWork(u, op.work);
-    op.work.gemm_flops *= 2;          // dX and dW
-    op.work.attention_flops *= 2.5;   // flash backward: five matmuls to forward's two
-    op.work.attention_backward = true;
-    op.work.elementwise_bytes *= 2;
-    op.work.launches *= 2;
+    FillBackwardWork(u, op.work);
     op.deps = {gathered, recompute, previous, throttle};
-    // The unsharded gradient in the compute dtype. Tied embedding: the head's
-    // backward produces the shared matrix's gradient, so the embedding's
-    // buffer is allocated there (and freed by the embedding's own reduction).
-    auto compute_grad_bytes = [&](int unit) { return ParamBytes() * Padded(unit); };
-    double allocated = TiedEmbedding(u) ? 0 : compute_grad_bytes(u);
-    if (U(u).kind == UnitKind::kHead && plan_.model.tied_embeddings) allocated += compute_grad_bytes(0);
-    if (allocated > 0) op.alloc_at_start.push_back({MemoryCategory::kGradBuffers, allocated});
-    double working = 0;
-    if (block) working = act.working;
-    if (U(u).kind == UnitKind::kHead) working = LogitsBytes();
-    const MemoryCategory wcat = U(u).kind == UnitKind::kHead ? MemoryCategory::kLogits : MemoryCategory::kWorkspace;
-    if (working > 0) {
-      op.alloc_at_start.push_back({wcat, working});
-      op.free_at_end.push_back({wcat, -working});
+    MemoryScript memory(tensors_);
+    // The unsharded gradient in the compute dtype exists from the backward
+    // that first writes it (a tied embedding's from the head's) to its
+    // reduction.
+    auto materialize = [&](int unit) {
+      if (compute_grad_[unit] < 0)
+        compute_grad_[unit] = memory.Alloc(MemoryCategory::kGradBuffers, ParamBytes() * Padded(unit));
+    };
+    materialize(u);
+    if (U(u).kind == UnitKind::kHead && plan_.model.tied_embeddings) materialize(0);
+    switch (U(u).kind) {
+      case UnitKind::kHead: flowing_[mb] = HeadBackward(shape_, saved, memory); break;
+      case UnitKind::kBlock: flowing_[mb] = BlockBackward(shape_, saved, flowing_.at(mb), memory); break;
+      case UnitKind::kEmbedding:
+        EmbeddingBackward(shape_, saved, flowing_.at(mb), static_cast<double>(plan_.model.EmbeddingParams()), memory);
+        flowing_.erase(mb);
+        break;
     }
-    const double stored = StoredBytes(u);
-    if (stored > 0) op.free_at_end.push_back({MemoryCategory::kActivations, -stored});
-    if (recompute >= 0) op.free_at_end.push_back({MemoryCategory::kRecompute, -(act.full - act.checkpointed)});
+    saved_.erase({u, mb});
+    if (G() > 1) {
+      // Cast for the reduce-scatter (its private input), then the
+      // compute-dtype buffer goes back to the allocator.
+      reduce_input_[u] = memory.Alloc(MemoryCategory::kGradBuffers, ReduceBytes() * Padded(u));
+      memory.Free(compute_grad_[u]);
+      compute_grad_[u] = -1;
+    }
+    op.alloc_at_start = memory.events;
     const int bwd = Add(op);
     previous = bwd;
     if (gathered >= 0) Release(u, mb, bwd, true);
-    ReduceGradients(u, mb, bwd, compute_grad_bytes(u), last_mb);
+    ReduceGradients(u, mb, bwd, last_mb);
   }
 }
 
-void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, double compute_grad_bytes, bool last_mb) {
+void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
   if (G() == 1) {
     // One copy of the state per rank: the compute-dtype gradient is added
     // into the fp32 one right away and its buffer released.
@@ -92,13 +98,15 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, double compute_grad
     op.work.elementwise_bytes = Padded(u) * (ParamBytes() + 8);
     op.work.launches = 2;
     if (last_mb && R() > 1) op.gradient_scale = 1.0 / R();
-    op.free_at_end.push_back({MemoryCategory::kGradBuffers, -compute_grad_bytes});
+    MemoryScript memory(tensors_);
+    memory.Free(compute_grad_[u]);
+    compute_grad_[u] = -1;
+    op.alloc_at_start = memory.events;
     AfterReduction(u, mb, Add(op), last_mb);
     return;
   }
-  // The compute-dtype gradient is cast to the reduce dtype (a private copy the
-  // collective reads, with the reduced shard beside it) and released.
-  const double copy = ReduceBytes() * Padded(u), shard = ReduceBytes() * Padded(u) / G();
+  // The reduce-dtype copy made at the end of the backward is scattered into a
+  // temporary shard; both live until the shard is accumulated.
   StepOp rs;
   rs.kind = OpKind::kReduceScatter;
   rs.stream = StreamKind::kReduce;
@@ -108,14 +116,16 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, double compute_grad
   rs.name = "reduce-scatter " + UnitName(u) + MbSuffix(mb);
   rs.deps = {bwd};
   rs.work.collective = CollectiveOp::kReduceScatter;
-  rs.work.collective_bytes = copy;
+  rs.work.collective_bytes = ReduceBytes() * Padded(u);
   rs.work.group_size = G();
   rs.work.spans_nodes = GroupSpansNodes(G());
-  rs.alloc_at_start.push_back({MemoryCategory::kGradBuffers, copy + shard});
-  rs.free_at_end.push_back({MemoryCategory::kGradBuffers, -compute_grad_bytes});
+  MemoryScript memory(tensors_);
+  const int shard = memory.Alloc(MemoryCategory::kGradBuffers, ReduceBytes() * Padded(u) / G());
+  rs.alloc_at_start = memory.events;
   const int id = Add(rs);
   reduce_scatters_.push_back(id);
-  pending_shards_.push_back({id, u, mb, copy + shard, last_mb});
+  pending_shards_.push_back({id, u, mb, {reduce_input_[u], shard}, last_mb});
+  reduce_input_[u] = -1;
 }
 
 void ProgramBuilder::AccumulateThrough(int rs_id) {
@@ -133,7 +143,9 @@ void ProgramBuilder::AccumulateThrough(int rs_id) {
     op.work.elementwise_bytes = Padded(s.unit) / G() * (ReduceBytes() + 8);
     op.work.launches = 1;
     if (s.last_mb && R() > 1) op.gradient_scale = 1.0 / R();
-    op.free_at_end.push_back({MemoryCategory::kGradBuffers, -s.bytes});
+    MemoryScript memory(tensors_);
+    for (int t : s.temporaries) memory.Free(t);
+    op.alloc_at_start = memory.events;
     AfterReduction(s.unit, s.mb, Add(op), s.last_mb);
   }
 }

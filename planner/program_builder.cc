@@ -114,7 +114,12 @@ void ProgramBuilder::MakeUnits() {
   for (int l = 0; l < m.layers; ++l) add(UnitKind::kBlock, l, m.ParamsPerBlock());
   add(UnitKind::kHead, -1, m.HeadParams() + m.FinalNormParams());
   p_.micro_batches = static_cast<int>(plan_.grad_accum);
+  shape_ = ShapeOf(m, plan_.micro_batch, plan_.seq_len, DTypeBytes(plan_.param_dtype), plan_.loss_chunk_tokens,
+                   profile_.device_kind == "cpu");
   const int n = NumUnits();
+  gathered_.assign(n, -1);
+  compute_grad_.assign(n, -1);
+  reduce_input_.assign(n, -1);
   last_forward_.assign(n, -1);
   gather_fwd_.assign(n, -1);
   grad_final_.assign(n, -1);
@@ -155,9 +160,16 @@ void ProgramBuilder::MakePersistent() {
     host.optimizer_state = 8 * shard;
     host.grad_staging = 4 * shard;
   }
-  if (!Sharded()) pm.compute_params = ParamBytes() * padded;  // DDP keeps the full bf16 model
+  // The compute-dtype copy the device keeps: the whole model without
+  // sharding (DDP), else this rank's shard, which the all-gathers send.
+  if (!Sharded()) pm.compute_params = ParamBytes() * padded;
+  else if (o == Offload::kNone && G() > 1) pm.compute_params = ParamBytes() * shard;
   pm.cuda_context = profile_.device_kind == "cuda" ? profile_.cuda_context_bytes : 0;
   pm.workspaces = profile_.workspace_bytes;
+  // Every micro-batch's tokens (int64 [micro_batch, seq + 1]) and RoPE's cos
+  // and sin tables ([seq, head_dim] in the compute dtype).
+  pm.step_inputs = static_cast<double>(plan_.grad_accum * plan_.micro_batch * (plan_.seq_len + 1)) * 8 +
+                   2.0 * static_cast<double>(plan_.seq_len * plan_.model.head_dim) * ParamBytes();
   // One communicator per process group this plan uses: the shard group has
   // two (gathers and reductions run on their own streams, as the program
   // says), the replica and world groups one each when they have several ranks.

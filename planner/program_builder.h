@@ -10,10 +10,14 @@
 // here, once; the simulator and the executor only interpret the result.
 #pragma once
 
+#include <deque>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/hardware_profile.h"
+#include "planner/memory_model.h"
 #include "planner/plan.h"
 #include "planner/step_program.h"
 
@@ -42,15 +46,14 @@ class ProgramBuilder {
   void Forward(int mb);
   int Gather(int u, int mb, bool backward);
   int Release(int u, int mb, int after, bool backward);
-  void FillForwardWork(int u, OpWork& w) const;
-  double StoredBytes(int u) const;  // saved from a unit's forward to its backward
-  double LogitsBytes() const;
+  void FillForwardWork(int u, OpWork& w) const;   // planner/work_model.h
+  void FillBackwardWork(int u, OpWork& w) const;
 
   // --- program_backward.cc ---
   void Backward(int mb);
   // After unit u's backward: its local reduction or reduce-scatter (and, on
   // the last micro-batch, what follows it across replicas).
-  void ReduceGradients(int u, int mb, int bwd, double compute_grad_bytes, bool last_mb);
+  void ReduceGradients(int u, int mb, int bwd, bool last_mb);
   // Accumulates the reduced shards of the pending reduce-scatters issued up
   // to and including `rs_id`, in issue order.
   void AccumulateThrough(int rs_id);
@@ -77,6 +80,9 @@ class ProgramBuilder {
   const Unit& U(int u) const { return p_.units[u]; }
   double Padded(int u) const { return static_cast<double>(U(u).padded_params); }
   bool GathersParams() const { return Sharded(); }
+  bool Recomputed(int u) const { return U(u).kind == UnitKind::kBlock && plan_.IsCheckpointed(U(u).layer); }
+  // The (vocab x hidden) matrix the head multiplies by: its own or, tied, the embedding's.
+  double OutputMatrixParams() const { return static_cast<double>(plan_.model.vocab * plan_.model.hidden); }
   // Gathered params stay from forward to backward (shard_grad_op; the head,
   // whose backward follows its forward at once; the tied embedding the head uses).
   bool KeepsParamsThroughBackward(int u) const;
@@ -84,6 +90,14 @@ class ProgramBuilder {
   const Plan& plan_;
   const HardwareProfile& profile_;
   StepProgram p_;
+  // Memory, tensor by tensor (planner/memory_model.h).
+  ActivationShape shape_;
+  TensorRegistry tensors_;
+  std::map<std::pair<int, int>, SavedTensors> saved_;  // (unit, micro-batch) -> its forward's tensors
+  std::map<int, int> flowing_;      // micro-batch -> the gradient passed down
+  std::vector<int> gathered_;       // per unit: its gathered compute buffer (-1: released)
+  std::vector<int> compute_grad_;   // per unit: its unsharded compute-dtype gradient (-1: released)
+  std::vector<int> reduce_input_;   // per unit: its gradient cast for the reduce-scatter
   // Rate limiter for gathered units (FSDP's limit on all-gathers in flight):
   // gather k waits for release k - (prefetch_depth + 1), and for the last
   // release of the same unit (its buffer is reused).
@@ -98,7 +112,7 @@ class ProgramBuilder {
   struct PendingShard {
     int rs = -1;  // the reduce-scatter
     int unit = -1, mb = -1;
-    double bytes = 0;  // temporaries freed when accumulated
+    std::vector<int> temporaries;  // its input and output, freed when accumulated
     bool last_mb = false;
   };
   std::vector<PendingShard> pending_shards_;  // reduce-scatters not yet accumulated, in issue order

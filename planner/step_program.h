@@ -94,7 +94,8 @@ std::string MemoryCategoryName(MemoryCategory c);
 
 struct MemoryDelta {
   MemoryCategory category;
-  double bytes;  // > 0 allocates, < 0 frees
+  double bytes;     // > 0 allocates, < 0 frees
+  int tensor = -1;  // the allocation, unique in the program: a free names the one it frees
 };
 
 // What an operation does, in units the cost model prices.
@@ -128,8 +129,11 @@ struct StepOp {
   // after the add (1/R before a replica all-reduce, so the sum is the mean).
   double gradient_scale = 1.0;
   OpWork work;
-  std::vector<MemoryDelta> alloc_at_start;  // allocated when the op starts
-  std::vector<MemoryDelta> free_at_end;     // freed when it ends (negative bytes)
+  // The op's memory events in the order the executor makes them (a temporary
+  // is + then -), as the caching allocator sees them when the op is issued
+  // (planner/memory_model.h); the simulator applies them when the op starts.
+  std::vector<MemoryDelta> alloc_at_start;
+  std::vector<MemoryDelta> free_at_end;  // freed when the op ends (the simulator's timeline only)
 };
 
 // Rule 4 above: does `op` hold the host until it ends? `cpu_device`: the
@@ -153,7 +157,8 @@ struct PersistentMemory {
   double optimizer_state = 0;   // AdamW m and v, fp32 (0 when offloaded)
   double compute_params = 0;    // bf16 copies kept resident (no_shard; tied embedding)
   double cuda_context = 0;      // outside the caching allocator
-  double workspaces = 0;        // cuBLAS / cuDNN
+  double workspaces = 0;        // cuBLAS / cuDNN, in the caching allocator (the profile's)
+  double step_inputs = 0;       // the step's token batches and the RoPE table on the device
   double collective_buffers = 0;  // NCCL buffers, per communicator
 };
 
@@ -183,13 +188,16 @@ struct StepProgram {
 // REQUIRES: plan.Validate() passes.
 StepProgram BuildStepProgram(const Plan& plan, const HardwareProfile& profile);
 
-// Saved-activation bytes of one block per micro-batch, kept until backward,
-// with and without checkpointing (a checkpointed block keeps only its input).
+// Activation bytes of one block per micro-batch (from planner/memory_model.h),
+// for ranking blocks to checkpoint: what it keeps from forward to backward,
+// with and without checkpointing (a checkpointed block keeps only its
+// output), and the highest its backward's temporaries reach.
 struct BlockActivationBytes {
   double full = 0;
   double checkpointed = 0;
-  double working = 0;  // transient peak inside one block's forward or backward
+  double working = 0;
+  double head = 0;  // the head's forward at its highest (what the last block's backward adds to)
 };
-BlockActivationBytes BlockActivations(const ModelSpec& model, int64_t micro_batch, int64_t seq_len);
+BlockActivationBytes BlockActivations(const Plan& plan, const HardwareProfile& profile);
 
 }  // namespace llmplan

@@ -21,7 +21,8 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
        {"grad_shards", pm.grad_shards},
        {"optimizer_state", pm.optimizer_state},
        {"compute_params", pm.compute_params},
-       {"workspaces", pm.workspaces}};
+       {"workspaces", pm.workspaces},
+       {"step_inputs", pm.step_inputs}};
   for (int c = 0; c < kNumMemoryCategories; ++c)
     b.emplace_back(MemoryCategoryName(static_cast<MemoryCategory>(c)), memory.at_peak[c]);
   double allocated = 0;

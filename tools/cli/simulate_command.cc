@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/user_error.h"
+#include "planner/memory_timeline.h"
 #include "simulator/evaluate.h"
 #include "simulator/timeline_svg.h"
 #include "simulator/trace.h"
@@ -32,7 +33,7 @@ void Run(const SimulateOptions& o) {
   Evaluation ev = EvaluatePlanInDetail(plan, profile, /*record_timeline=*/!o.trace.empty() || !o.svg.empty());
   const Estimate& e = ev.estimate;
   const PersistentMemory& pm = ev.program.persistent;
-  double persistent = pm.param_shards + pm.grad_shards + pm.optimizer_state + pm.compute_params + pm.workspaces;
+  const double persistent = AllocatorPersistentBytes(pm);
   if (!o.trace.empty()) PredictedTrace(ev.program, ev.simulation, persistent).Write(o.trace);
   if (!o.svg.empty()) {
     std::string title = plan.model.name + " on " + std::to_string(plan.gpus) + " x " + profile.name + ": " +

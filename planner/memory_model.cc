@@ -1,0 +1,315 @@
+// MemoryModel (see memory_model.h). Each function follows the executor's
+// code statement by statement; the comments name the statement.
+#include "planner/memory_model.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace llmplan {
+
+int TensorRegistry::Add(MemoryCategory category, double bytes) {
+  const int id = next_++;
+  live_[id] = {category, bytes, id};
+  return id;
+}
+
+MemoryDelta TensorRegistry::Remove(int id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) throw std::logic_error("memory model: tensor " + std::to_string(id) + " freed twice");
+  MemoryDelta free = {it->second.category, -it->second.bytes, id};
+  live_.erase(it);
+  return free;
+}
+
+int MemoryScript::Alloc(MemoryCategory category, double bytes) {
+  if (bytes <= 0) return -1;
+  if (category == MemoryCategory::kActivations) category = saved_category;
+  const int id = registry_.Add(category, bytes);
+  events.push_back({category, bytes, id});
+  return id;
+}
+
+void MemoryScript::Free(int id) {
+  if (id < 0) return;
+  events.push_back(registry_.Remove(id));
+}
+
+void MemoryScript::FreeAll(std::vector<int>& ids) {
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it) Free(*it);
+  ids.clear();
+}
+
+ActivationShape ShapeOf(const ModelSpec& m, int64_t micro_batch, int64_t seq_len, int compute_bytes,
+                        int64_t loss_chunk_tokens, bool cpu_device) {
+  ActivationShape a;
+  a.batch = static_cast<double>(micro_batch);
+  a.seq = static_cast<double>(seq_len);
+  a.tokens = a.batch * a.seq;
+  a.hidden = static_cast<double>(m.hidden);
+  a.q = static_cast<double>(m.q_dim());
+  a.kv = static_cast<double>(m.kv_dim());
+  a.inter = static_cast<double>(m.intermediate);
+  a.heads = static_cast<double>(m.heads);
+  a.kv_heads = static_cast<double>(m.kv_heads);
+  a.vocab = static_cast<double>(m.vocab);
+  a.compute_bytes = compute_bytes;
+  a.loss_chunk = static_cast<double>(loss_chunk_tokens);
+  a.fused_attention = !cpu_device;
+  return a;
+}
+
+namespace {
+
+constexpr MemoryCategory kSaved = MemoryCategory::kActivations;
+constexpr MemoryCategory kTemp = MemoryCategory::kWorkspace;
+
+// Per-micro-batch tensor sizes in bytes.
+struct Sizes {
+  explicit Sizes(const ActivationShape& a)
+      : c(a.compute_bytes),
+        H(c * a.hidden * a.tokens),
+        F(4 * a.hidden * a.tokens),
+        R(4 * a.tokens),
+        Q(c * a.q * a.tokens),
+        KV(c * a.kv * a.tokens),
+        I(c * a.inter * a.tokens),
+        L(4 * a.heads * a.tokens),
+        fp32(c == 4) {}
+  double c, H, F, R, Q, KV, I, L;
+  bool fp32;  // compute in fp32: .to(kFloat) is the tensor itself
+};
+
+// LlamaModel::RmsNorm(x, w) = w * (xf * rsqrt(mean(xf^2) + eps)).to(dtype),
+// xf = x.to(float). Returns the output; `saved` gets what autograd keeps.
+int RmsNorm(const Sizes& z, bool keep_graph, MemoryScript& s, std::vector<int>& saved) {
+  // at::Tensor xf = x.to(at::kFloat);   (x itself when already fp32)
+  const int xf = z.fp32 ? -1 : s.Alloc(kSaved, z.F);
+  // at::Tensor inv_rms = at::rsqrt(xf.pow(2).mean(-1, true) + eps);
+  std::vector<int> temps = {s.Alloc(kTemp, z.F), s.Alloc(kTemp, z.R), s.Alloc(kTemp, z.R)};
+  const int inv = s.Alloc(kSaved, z.R);
+  s.FreeAll(temps);
+  // return weight * (xf * inv_rms).to(x.scalar_type());
+  const int prod = s.Alloc(z.fp32 ? kSaved : kTemp, z.F);
+  const int normed = z.fp32 ? prod : s.Alloc(kSaved, z.H);
+  const int out = s.Alloc(kSaved, z.H);
+  if (keep_graph) {
+    if (!z.fp32) s.Free(prod);
+    for (int id : {xf, inv, normed}) if (id >= 0) saved.push_back(id);
+  } else {
+    if (!z.fp32) s.Free(normed);
+    s.Free(prod);
+    s.Free(inv);
+    s.Free(xf);
+  }
+  return out;
+}
+
+// ApplyRope(x) = x * cos + RotateHalf(x) * sin, RotateHalf = cat(-x2, x1).
+// Returns the rotated tensor; `x` (the projection's output) is freed when
+// its variable is reassigned.
+int Rope(double bytes, int x, MemoryScript& s) {
+  const int xc = s.Alloc(kTemp, bytes);               // x * cos
+  const int neg = s.Alloc(kTemp, bytes / 2);          // -x.narrow(...)
+  const int rotated = s.Alloc(kTemp, bytes);          // at::cat(...)
+  s.Free(neg);                                        // end of RotateHalf's statement
+  const int rs = s.Alloc(kTemp, bytes);               // RotateHalf(x) * sin
+  const int sum = s.Alloc(kSaved, bytes);             // ... + ...
+  s.Free(rs);
+  s.Free(rotated);
+  s.Free(xc);
+  s.Free(x);
+  return sum;
+}
+
+// The block's body up to (not including) the final residual add; returns
+// {h, mlp}. Everything autograd keeps goes to `saved` (with keep_graph), the
+// rest is freed where C++ frees it; `locals` gets the variables still alive
+// until the function returns.
+struct BlockLocals {
+  std::vector<int> locals;  // freed at return (reverse order), unless saved
+  int h = -1, mlp = -1;
+};
+
+BlockLocals BlockBody(const ActivationShape& a, const Sizes& z, bool keep_graph, MemoryScript& s,
+                      std::vector<int>& saved) {
+  BlockLocals b;
+  // Attention.
+  const int hn = RmsNorm(z, keep_graph, s, saved);
+  int q = s.Alloc(kTemp, z.Q);
+  int k = s.Alloc(kTemp, z.KV);
+  const int v = s.Alloc(keep_graph ? kSaved : kTemp, z.KV);
+  q = Rope(z.Q, q, s);
+  k = Rope(z.KV, k, s);
+  std::vector<int> attention_locals;
+  int attn = -1;
+  if (a.fused_attention) {
+    // scaled_dot_product_attention: the output, and the log-sum-exp when a
+    // backward will need it. Its output is laid out [B, T, H, D], so the
+    // transpose back to [B, T, H*D] is a view.
+    attn = s.Alloc(keep_graph ? kSaved : kTemp, z.Q);
+    if (keep_graph) saved.push_back(s.Alloc(kSaved, z.L));
+  } else {
+    // LibTorch 1.13's plain attention (torch_compat.h CausalAttention).
+    const double groups = a.heads / a.kv_heads;
+    const double scores = z.c * a.batch * a.heads * a.seq * a.seq;
+    const int ke = groups > 1 ? s.Alloc(kSaved, z.Q) : -1;  // repeat_interleave
+    const int ve = groups > 1 ? s.Alloc(kSaved, z.Q) : -1;
+    const int raw = s.Alloc(kTemp, scores);  // matmul(q, ke^T)
+    const int scaled = s.Alloc(kTemp, scores);  // * scale
+    s.Free(raw);
+    const int ones = s.Alloc(kTemp, a.seq * a.seq);     // ones({t, t}, bool)
+    const int future = s.Alloc(kSaved, a.seq * a.seq);  // .triu(1): the mask masked_fill keeps
+    s.Free(ones);
+    const int masked = s.Alloc(kTemp, scores);
+    s.Free(scaled);
+    const int probs32 = s.Alloc(kSaved, scores / z.c * 4);  // softmax(.., kFloat): kept by its backward
+    const int probs = z.fp32 ? probs32 : s.Alloc(kSaved, scores);
+    const int out = s.Alloc(kTemp, z.Q);  // matmul(probs, ve)
+    for (int id : {ke, ve, future, probs32}) if (id >= 0) attention_locals.push_back(id);
+    if (!z.fp32) attention_locals.push_back(probs);
+    s.Free(masked);
+    // attn.transpose(1, 2).reshape(...): [B, H, T, D] is not [B, T, H*D]: a copy.
+    attn = s.Alloc(keep_graph ? kSaved : kTemp, z.Q);
+    s.Free(out);
+    if (keep_graph) {
+      for (int id : attention_locals) saved.push_back(id);
+      attention_locals.clear();
+    } else {
+      s.FreeAll(attention_locals);
+    }
+  }
+  // at::Tensor h = x + at::linear(attn, p[b.o]);
+  const int o = s.Alloc(kTemp, z.H);
+  b.h = s.Alloc(kTemp, z.H);
+  s.Free(o);
+  // SwiGLU MLP: at::linear(at::silu(at::linear(mn, gate)) * at::linear(mn, up), down). All four
+  // intermediates live to the end of the statement (and autograd keeps them).
+  const int mn = RmsNorm(z, keep_graph, s, saved);
+  std::vector<int> mlp_temps = {s.Alloc(kSaved, z.I), s.Alloc(kSaved, z.I), s.Alloc(kSaved, z.I),
+                                s.Alloc(kSaved, z.I)};  // up, gate, silu, product
+  b.mlp = s.Alloc(kTemp, z.H);
+  if (keep_graph) {
+    // The down projection's input (the product) last: its backward runs first.
+    for (int id : {hn, q, k, v, attn, mn}) saved.push_back(id);
+    for (int id : mlp_temps) saved.push_back(id);
+  } else {
+    s.FreeAll(mlp_temps);
+    b.locals = {hn, q, k, v, attn, mn};
+  }
+  return b;
+}
+
+}  // namespace
+
+SavedTensors EmbeddingForward(const ActivationShape& a, MemoryScript& s) {
+  SavedTensors out;
+  out.output = s.Alloc(kSaved, a.compute_bytes * a.hidden * a.tokens);  // at::embedding(weight, tokens)
+  return out;
+}
+
+SavedTensors BlockForward(const ActivationShape& a, bool keep_graph, MemoryScript& s) {
+  const Sizes z(a);
+  SavedTensors out;
+  BlockLocals b = BlockBody(a, z, keep_graph, s, out.saved);
+  out.output = s.Alloc(kSaved, z.H);  // return h + mlp;
+  s.Free(b.mlp);                      // then the locals die: mlp, ..., h
+  s.FreeAll(b.locals);
+  s.Free(b.h);
+  return out;
+}
+
+SavedTensors BlockRecompute(const ActivationShape& a, const SavedTensors& previous, MemoryScript& s) {
+  SavedTensors out = BlockForward(a, /*keep_graph=*/true, s);
+  s.Free(previous.output);  // a.output = the new output
+  return out;
+}
+
+SavedTensors HeadForward(const ActivationShape& a, double matrix_params, MemoryScript& s) {
+  const Sizes z(a);
+  SavedTensors out;
+  // at::Tensor normed = model_.FinalNorm(...): its output is no one's saved tensor.
+  const int normed = RmsNorm(z, /*keep_graph=*/true, s, out.saved);
+  // ChunkedCrossEntropy: the gradients it returns in backward are made here.
+  out.saved.push_back(s.Alloc(kSaved, z.H));                 // grad_hidden = empty_like(hidden)
+  out.saved.push_back(s.Alloc(kSaved, z.c * matrix_params));  // grad_weight = zeros_like(weight)
+  const int loss_sum = s.Alloc(kTemp, 4);
+  // One chunk (the largest; the others repeat it): logits in fp32, the
+  // log-sum-exp's (logits - max) temporary, then the gradient in the compute dtype.
+  const double chunk = std::min(a.loss_chunk, a.tokens) * a.vocab;
+  const int matmul = z.fp32 ? -1 : s.Alloc(kTemp, z.c * chunk);  // at::mm(h, weight.t())
+  const int logits = s.Alloc(kTemp, 4 * chunk);                  // .to(at::kFloat)
+  if (!z.fp32) s.Free(matmul);
+  const int maxes = s.Alloc(kTemp, 4 * chunk / a.vocab);
+  const int shifted = s.Alloc(kTemp, 4 * chunk);  // (self - maxes).exp_()
+  const int lse = s.Alloc(kTemp, 4 * chunk / a.vocab);
+  s.Free(shifted);
+  s.Free(maxes);
+  const int dlogits = z.fp32 ? -1 : s.Alloc(kTemp, z.c * chunk);  // logits.to(hidden.scalar_type())
+  s.Free(dlogits);
+  s.Free(lse);
+  s.Free(logits);
+  out.output = s.Alloc(kSaved, 4);  // the micro-batch's loss
+  s.Free(loss_sum);
+  s.Free(normed);  // Forward returns: `normed` dies
+  return out;
+}
+
+int BlockBackward(const ActivationShape& a, const SavedTensors& forward, int flowing, MemoryScript& s) {
+  const Sizes z(a);
+  // The highest point is the MLP's backward, when every other saved tensor is
+  // still held: the down projection's input gradient replaces its saved input,
+  // then the product's two input gradients (measured on H200: +2 x [tokens, inter]).
+  std::vector<int> saved = forward.saved;
+  const int grad_product = s.Alloc(kTemp, z.I);
+  s.Free(saved.back());  // the down projection's input, released once its node has run
+  saved.pop_back();
+  const int grad_silu = s.Alloc(kTemp, z.I);
+  const int grad_up = s.Alloc(kTemp, z.I);
+  s.Free(grad_product);
+  s.FreeAll(saved);
+  s.Free(grad_up);
+  s.Free(grad_silu);
+  const int sent = s.Alloc(kSaved, z.H);  // the input's gradient, for the unit below
+  s.Free(flowing);                        // grad_flowing_[mb] replaced
+  s.Free(forward.output);                 // activations_.erase: the output's last reference
+  return sent;
+}
+
+int HeadBackward(const ActivationShape& a, const SavedTensors& forward, MemoryScript& s) {
+  const Sizes z(a);
+  // forward.saved = {xf, inv, normed (the norm's), grad_hidden, grad_weight}.
+  std::vector<int> saved = forward.saved;
+  const int grad_weight = saved.back();
+  saved.pop_back();
+  const int grad_hidden = saved.back();
+  saved.pop_back();
+  s.Free(grad_weight);  // added in place into the flat gradient, then dropped
+  // The final norm's backward: mixed-precision temporaries a few [tokens, hidden] wide.
+  const int t1 = s.Alloc(kTemp, z.H);
+  s.Free(grad_hidden);
+  const int t2 = s.Alloc(kTemp, z.F), t3 = s.Alloc(kTemp, z.F);
+  s.Free(t1);
+  const int sent = s.Alloc(kSaved, z.H);
+  s.Free(t3);
+  s.Free(t2);
+  s.FreeAll(saved);
+  s.Free(forward.output);
+  return sent;
+}
+
+void EmbeddingBackward(const ActivationShape& a, const SavedTensors& forward, int flowing, double table_params,
+                       MemoryScript& s) {
+  // embedding_dense_backward: a dense [vocab, hidden] gradient, added into the
+  // flat gradient; while it scatters, the sorted indices and fp32 partial sums
+  // over [tokens, hidden] (+10% for the segments' partials; measured on H200).
+  const int dense = s.Alloc(kTemp, a.compute_bytes * table_params);
+  const int indices = s.Alloc(kTemp, 3 * 8 * a.tokens);
+  const int partials = s.Alloc(kTemp, 1.1 * 4 * a.hidden * a.tokens);
+  s.Free(partials);
+  s.Free(indices);
+  s.Free(dense);
+  s.Free(flowing);
+  s.Free(forward.output);
+}
+
+}  // namespace llmplan

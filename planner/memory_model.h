@@ -1,0 +1,99 @@
+// MemoryModel: the device memory the executor allocates and frees, tensor by
+// tensor and in the order it does — the one home of "how many bytes" for the
+// step program, the simulator, the plan search and the executor's metrics.
+//
+// It mirrors the code that runs: executor/model/llama_model.cc (a block's
+// RMSNorms, projections, RoPE, attention, SwiGLU, as LibTorch autograd saves
+// their tensors), loss/chunked_cross_entropy.cc (logits a chunk at a time, the
+// gradient computed in the forward), step_interpreter.cc (units run one by
+// one on detached inputs, gradients cast for the reduce-scatter) and
+// flat_unit.cc (flat buffers gathered and released). C++ temporaries live to
+// the end of their full expression, so a statement's peak counts all of them.
+// Measured on H200 with the caching allocator's statistics after every op
+// (tools/device/accuracy.sh), a block's saved bytes and in-op peaks match to
+// the allocator's 512-byte rounding; tests/planner/memory_model_test.cc
+// replays recorded runs against it.
+//
+// Sizes are per micro-batch of `tokens` tokens on one GPU. Two attention
+// paths: a GPU's fused kernel (saves q, k, v, the output and the log-sum-exp;
+// its output is laid out so that the transpose back is a view) and the CPU's
+// plain attention of LibTorch 1.13 (materialised scores and probabilities).
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "planner/model_spec.h"
+#include "planner/step_program.h"
+
+namespace llmplan {
+
+// The tensors alive across ops, by id (MemoryDelta::tensor), so a later op
+// can free what an earlier one allocated.
+class TensorRegistry {
+ public:
+  int Add(MemoryCategory category, double bytes);
+  const MemoryDelta& Get(int id) const { return live_.at(id); }
+  MemoryDelta Remove(int id);  // the free event of a live tensor
+
+ private:
+  int next_ = 0;
+  std::map<int, MemoryDelta> live_;
+};
+
+// The ordered memory events of one op (its MemoryDelta list).
+class MemoryScript {
+ public:
+  explicit MemoryScript(TensorRegistry& registry) : registry_(registry) {}
+  int Alloc(MemoryCategory category, double bytes);  // returns the tensor's id; 0 bytes: no event, id -1
+  void Free(int id);                                 // no-op for id -1
+  void FreeAll(std::vector<int>& ids);               // in reverse order (as C++ destroys temporaries), then clears
+  std::vector<MemoryDelta> events;
+  // What saved activations are counted as (kRecompute in a recompute op).
+  MemoryCategory saved_category = MemoryCategory::kActivations;
+
+ private:
+  TensorRegistry& registry_;
+};
+
+// One micro-batch's shapes, as the executor's tensors have them.
+struct ActivationShape {
+  double tokens = 0;        // micro_batch x seq_len
+  double batch = 0, seq = 0;
+  double hidden = 0, q = 0, kv = 0, inter = 0, heads = 0, kv_heads = 0, vocab = 0;
+  double compute_bytes = 2;  // bf16 (2) or fp32 (4)
+  double loss_chunk = 1024;  // tokens per chunk of the cross-entropy
+  bool fused_attention = true;  // GPU: fused kernel; CPU: plain attention
+};
+ActivationShape ShapeOf(const ModelSpec& model, int64_t micro_batch, int64_t seq_len, int compute_bytes,
+                        int64_t loss_chunk_tokens, bool cpu_device);
+
+// What one unit's forward leaves for its backward.
+struct SavedTensors {
+  std::vector<int> saved;  // kept by autograd (freed by the backward)
+  int output = -1;         // the unit's output (the next unit's input), freed by this unit's backward
+};
+
+// Forward of the embedding: its output (the first block's input).
+SavedTensors EmbeddingForward(const ActivationShape& a, MemoryScript& s);
+// Forward of a block on an input that stays alive. `keep_graph` false: under
+// NoGradGuard (a checkpointed block keeps only its output).
+SavedTensors BlockForward(const ActivationShape& a, bool keep_graph, MemoryScript& s);
+// Recompute of a checkpointed block: the forward again with its graph; the
+// new output replaces `previous.output`.
+SavedTensors BlockRecompute(const ActivationShape& a, const SavedTensors& previous, MemoryScript& s);
+// Forward of the head: final norm and the chunked cross-entropy, which
+// computes the gradients of its input and of the output matrix (`matrix_params`
+// elements: vocab x hidden, the embedding's when tied) right away.
+SavedTensors HeadForward(const ActivationShape& a, double matrix_params, MemoryScript& s);
+
+// Backward of a unit: `flowing` is the id of the gradient arriving from the
+// unit above (-1 for the head), replaced by the one it sends below (-1 for
+// the embedding; returned). `peak_transient` is the autograd temporaries'
+// highest point. The caller adds the gradient buffers around it.
+int BlockBackward(const ActivationShape& a, const SavedTensors& forward, int flowing, MemoryScript& s);
+int HeadBackward(const ActivationShape& a, const SavedTensors& forward, MemoryScript& s);
+void EmbeddingBackward(const ActivationShape& a, const SavedTensors& forward, int flowing, double table_params,
+                       MemoryScript& s);
+
+}  // namespace llmplan

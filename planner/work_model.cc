@@ -1,0 +1,111 @@
+// WorkModel (see work_model.h): bytes per kernel as read + written.
+#include "planner/work_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace llmplan {
+
+namespace {
+
+// Per-token tensor sizes in bytes.
+struct PerToken {
+  explicit PerToken(const ActivationShape& a)
+      : c(a.compute_bytes), H(c * a.hidden), F(4 * a.hidden), Q(c * a.q), KV(c * a.kv), I(c * a.inter) {}
+  double c, H, F, Q, KV, I;
+};
+
+// RMSNorm forward: x.to(f32) (H+F), pow (2F), mean (F), xf*inv (2F),
+// .to(dtype) (F+H), weight*normed (2H); the casts vanish in fp32.
+double RmsNormBytes(const PerToken& z) {
+  const double casts = z.c == 4 ? 0 : 2 * (z.H + z.F);
+  return casts + 5 * z.F + 2 * z.H;
+}
+constexpr int kRmsNormLaunches = 7;
+
+// RoPE of a tensor of `x` bytes per token: x*cos, neg, cat, *sin, + -> 10x.
+double RopeBytes(double x) { return 10 * x; }
+
+}  // namespace
+
+OpWork EmbeddingForwardWork(const ActivationShape& a) {
+  const PerToken z(a);
+  OpWork w;
+  w.elementwise_bytes = a.tokens * (2 * z.H + 8);  // gather rows, read the indices
+  w.launches = 1;
+  return w;
+}
+
+OpWork EmbeddingBackwardWork(const ActivationShape& a, double table_params) {
+  const PerToken z(a);
+  OpWork w;
+  // A dense zeroed [vocab, hidden] gradient; sort the indices; fp32 partial
+  // sums over the tokens' rows; add the dense gradient into the flat one
+  // (read both, write one).
+  w.elementwise_bytes = table_params * z.c + a.tokens * (z.H + 2 * 1.1 * z.F + 32) + 3 * table_params * z.c;
+  w.launches = 10;
+  return w;
+}
+
+OpWork BlockForwardWork(const ActivationShape& a) {
+  const PerToken z(a);
+  const double t = a.tokens, h = a.hidden, q = a.q, kv = a.kv, i = a.inter;
+  OpWork w;
+  w.gemm_flops = 2 * t * (h * q + 2 * h * kv + q * h + 3 * h * i);
+  // Most FLOPs sit in the q/o and MLP GEMMs, whose smallest side is h or t.
+  w.gemm_min_dim = std::min(t, h);
+  w.attention_flops = 2 * a.batch * a.seq * a.seq * q;  // QK^T and PV, causal half
+  // Two RMSNorms, RoPE on q and k, two residual adds (3H each), silu (2I) and
+  // the product (3I).
+  w.elementwise_bytes = t * (2 * RmsNormBytes(z) + RopeBytes(z.Q) + RopeBytes(z.KV) + 6 * z.H + 5 * z.I);
+  // 7 GEMMs, 2 x 7 for the norms, 2 x 5 for RoPE, attention, 2 adds, silu, product.
+  w.launches = 7 + 2 * kRmsNormLaunches + 10 + 2 + 4;
+  return w;
+}
+
+OpWork BlockBackwardWork(const ActivationShape& a, double block_params) {
+  const PerToken z(a);
+  OpWork w = BlockForwardWork(a);
+  w.gemm_flops *= 2;              // dX and dW
+  w.attention_flops *= 2.5;       // flash backward: five matmuls to forward's two
+  w.attention_backward = true;
+  // Each memory-bound kernel's backward reads its output gradient and saved
+  // inputs and writes the input gradients: about twice its forward; then the
+  // gradients of tensors used twice are summed (hn by q/k/v, mn by gate/up,
+  // the residual stream twice: ~4 x 3H), and every weight gradient is added
+  // into the flat gradient (read both, write one).
+  w.elementwise_bytes = 2 * w.elementwise_bytes + a.tokens * 12 * z.H + 3 * z.c * block_params;
+  w.launches = 2 * w.launches + 9;
+  return w;
+}
+
+OpWork HeadForwardWork(const ActivationShape& a) {
+  const PerToken z(a);
+  const double t = a.tokens, h = a.hidden, v = a.vocab;
+  OpWork w;
+  // The chunked cross-entropy computes the logits and both gradients here:
+  // logits = h W^T, d hidden = dlogits W, d W += dlogits^T h.
+  w.gemm_flops = 3 * 2 * t * h * v;
+  w.gemm_min_dim = std::min(t, h);
+  // Per token of every chunk: the matmul's output (cV), its fp32 copy, the
+  // log-sum-exp's max, shift-and-exp and sum, softmax in place (sub, exp),
+  // the -1 at the target, the 1/N scale, the gradient's cast (cV + 4V); in
+  // fp32 the two casts vanish. Plus the final norm and zeroing d W.
+  const double per_vocab = z.c == 4 ? 44 : 3 * z.c + 48;
+  w.elementwise_bytes = t * (RmsNormBytes(z) + per_vocab * v) + z.c * v * h;
+  const double chunks = std::ceil(t / std::max(1.0, a.loss_chunk));
+  w.launches = kRmsNormLaunches + 3 + static_cast<int>(12 * chunks);
+  return w;
+}
+
+OpWork HeadBackwardWork(const ActivationShape& a, double matrix_params) {
+  const PerToken z(a);
+  OpWork w;
+  // Scale the two gradients the forward made by the loss's seed (in place),
+  // add d W into the flat gradient, and the final norm's backward.
+  w.elementwise_bytes = a.tokens * (2 * z.H + 2 * RmsNormBytes(z)) + 2 * z.c * matrix_params + 3 * z.c * matrix_params;
+  w.launches = 2 * kRmsNormLaunches + 4;
+  return w;
+}
+
+}  // namespace llmplan
