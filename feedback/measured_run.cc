@@ -112,8 +112,10 @@ MeasuredRun LoadMeasuredRun(const std::string& dir) {
 
   std::map<int64_t, nlohmann::json> metrics;
   for (auto& j : ReadJsonLines((fs::path(dir) / "metrics.jsonl").string())) {
-    const JsonObject o(j, dir + "/metrics.jsonl");
-    metrics[o.Integer("step", 0, int64_t{1} << 40)] = std::move(j);
+    // The step is read before the move: json's operator= takes its argument
+    // by value, and C++17 builds that argument before evaluating the left side.
+    const int64_t step = JsonObject(j, dir + "/metrics.jsonl").Integer("step", 0, int64_t{1} << 40);
+    metrics[step] = std::move(j);
   }
   const std::string times_path = (fs::path(dir) / "op_times.jsonl").string();
   for (const auto& j : ReadJsonLines(times_path)) {
