@@ -83,6 +83,13 @@ double MeasuredStep::OpsMakespan() const {
   return end;
 }
 
+std::vector<OpTiming> MeasuredStep::Spans() const {
+  std::vector<OpTiming> spans;
+  spans.reserve(ops.size());
+  for (const MeasuredOp& op : ops) spans.push_back({op.start_s, op.end_s});
+  return spans;
+}
+
 std::vector<const MeasuredStep*> MeasuredRun::TimedSteps() const {
   std::vector<const MeasuredStep*> out;
   for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i) out.push_back(&steps[i]);
