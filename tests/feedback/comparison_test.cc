@@ -18,6 +18,7 @@
 #include "feedback/comparison.h"
 #include "feedback/comparison_format.h"
 #include "feedback/measured_run.h"
+#include "feedback/report_html.h"
 #include "feedback/stream_use.h"
 #include "planner/user_error.h"
 #include "simulator/evaluate.h"
@@ -363,6 +364,39 @@ TEST(ComparisonTest, JsonContract) {
   EXPECT_TRUE(j["classes"][0].contains("predicted_split"));
 }
 
+TEST(ComparisonReportTest, SelfContainedEscapedHtml) {
+  testing::ScratchDir dir;
+  const Plan plan = ShardedPlan();
+  const HardwareProfile profile = testing::Profile("h200-sxm");
+  const Evaluation ev = EvaluatePlanInDetail(plan, profile, true);
+  WriteRun(dir, plan, ev, {});
+  Comparison c = Compare(LoadMeasuredRun(dir.path().string()), ev, profile);
+  c.plan.model.name = "<script>alert(\"x\")</script>";
+  c.run_dir = "runs/a&b";
+  const std::string path = dir.File("report.html");
+  WriteComparisonReport(c, path);
+  const std::string html = testing::ReadFile(path);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_NE(html.find("&lt;script&gt;alert(&quot;x&quot;)"), std::string::npos);
+  EXPECT_NE(html.find("runs/a&amp;b"), std::string::npos);
+  // Three charts, nothing fetched from elsewhere.
+  size_t charts = 0;
+  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++charts;
+  EXPECT_EQ(charts, 3u);
+  for (const char* outside : {"http://www.w3.org/1999", "https://", "src=", "@import", "url("})
+    EXPECT_EQ(html.find(outside), std::string::npos) << outside;
+  // The step time, both sides, and its error.
+  for (const SummaryRow& r : StepRows(c)) {
+    EXPECT_NE(html.find(r.predicted), std::string::npos) << r.label;
+    EXPECT_NE(html.find(r.measured), std::string::npos) << r.label;
+  }
+  EXPECT_NE(html.find("-20.0%"), std::string::npos);
+  EXPECT_NE(html.find(c.measured_peak.name), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_THROW(WriteComparisonReport(c, dir.File("no/such/dir/report.html")), UserError);
+}
+
 // LibTorch 2.x on the CPU measures the process's RSS: still compared, and said so.
 TEST(ComparisonReportTest, ProcessRssIsNamedAsSuch) {
   testing::ScratchDir dir;
@@ -374,6 +408,7 @@ TEST(ComparisonReportTest, ProcessRssIsNamedAsSuch) {
   EXPECT_EQ(c.memory_source, "process_peak_rss");
   EXPECT_NEAR(c.peak_allocated_bytes.error(), -kOffset / (ev.memory.peak + kOffset), 1e-12);
   EXPECT_NE(DescribeMemorySource(c.memory_source).find("resident"), std::string::npos);
+  EXPECT_NE(ComparisonReportHtml(c).find("resident memory (RSS)"), std::string::npos);
   EXPECT_EQ(ComparisonToJson(c)["run"]["memory_source"], "process_peak_rss");
 }
 
