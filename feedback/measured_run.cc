@@ -83,6 +83,13 @@ double MeasuredStep::OpsMakespan() const {
   return end;
 }
 
+std::vector<OpTiming> MeasuredStep::Spans() const {
+  std::vector<OpTiming> spans;
+  spans.reserve(ops.size());
+  for (const MeasuredOp& op : ops) spans.push_back({op.start_s, op.end_s});
+  return spans;
+}
+
 std::vector<const MeasuredStep*> MeasuredRun::TimedSteps() const {
   std::vector<const MeasuredStep*> out;
   for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i) out.push_back(&steps[i]);
@@ -112,8 +119,10 @@ MeasuredRun LoadMeasuredRun(const std::string& dir) {
 
   std::map<int64_t, nlohmann::json> metrics;
   for (auto& j : ReadJsonLines((fs::path(dir) / "metrics.jsonl").string())) {
+    // The step is read before the move: json's operator= takes its argument
+    // by value, and C++17 builds that argument before evaluating the left side.
     const int64_t step = JsonObject(j, dir + "/metrics.jsonl").Integer("step", 0, int64_t{1} << 40);
-    metrics[step] = std::move(j);  // (the key first: the move must not come before reading it)
+    metrics[step] = std::move(j);
   }
   const std::string times_path = (fs::path(dir) / "op_times.jsonl").string();
   for (const auto& j : ReadJsonLines(times_path)) {

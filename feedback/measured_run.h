@@ -13,6 +13,7 @@
 
 #include "planner/plan.h"
 #include "planner/step_program.h"
+#include "simulator/simulator.h"
 
 namespace llmplan {
 
@@ -42,6 +43,8 @@ struct MeasuredStep {
   double peak_allocated = 0, peak_reserved = 0;
   // The device's makespan: the latest end of any op.
   double OpsMakespan() const;
+  // Where each op ran, by op id, as the simulator reports its own.
+  std::vector<OpTiming> Spans() const;
 };
 
 struct MeasuredRun {

@@ -4,20 +4,21 @@
 
 namespace llmplan {
 
-double CostModel::ComputeSeconds(const OpWork& w) const {
+ComputeTerms CostModel::ComputeTermSeconds(const OpWork& w) const {
   const HardwareProfile& p = profile_;
-  double s = 0;
-  if (w.gemm_flops > 0) s += w.gemm_flops / p.GemmFlopsPerSecond(w.gemm_min_dim, w.gemm_min_dim, w.gemm_min_dim);
+  ComputeTerms t;
+  if (w.gemm_flops > 0) t.gemm = w.gemm_flops / p.GemmFlopsPerSecond(w.gemm_min_dim, w.gemm_min_dim, w.gemm_min_dim);
   if (w.attention_flops > 0)
-    s += w.attention_flops / (w.attention_backward ? p.attention_backward_flops_per_s : p.attention_forward_flops_per_s);
-  if (w.elementwise_bytes > 0) s += w.elementwise_bytes / (p.memory_bandwidth_bytes_per_s * p.elementwise_efficiency);
-  s += w.launches * p.kernel_overhead_s;
-  // Kernels cannot finish before the host has launched them.
-  return std::max(s, w.launches * p.kernel_launch_s);
+    t.attention =
+        w.attention_flops / (w.attention_backward ? p.attention_backward_flops_per_s : p.attention_forward_flops_per_s);
+  if (w.elementwise_bytes > 0)
+    t.memory_bound = w.elementwise_bytes / (p.memory_bandwidth_bytes_per_s * p.elementwise_efficiency);
+  t.kernel_overhead = w.launches * p.kernel_overhead_s;
+  t.launch_floor = w.launches * p.kernel_launch_s;
+  return t;
 }
 
-double CostModel::Seconds(const StepOp& op) const {
-  const OpWork& w = op.work;
+bool CostModel::PricedAsCompute(const StepOp& op) {
   switch (op.kind) {
     case OpKind::kForward:
     case OpKind::kRecompute:
@@ -26,12 +27,18 @@ double CostModel::Seconds(const StepOp& op) const {
     case OpKind::kLocalReduce:
     case OpKind::kGradNorm:
     case OpKind::kClipGradients:
-    case OpKind::kOptimizerStep: return ComputeSeconds(w);
-    case OpKind::kRelease: return 0;
+    case OpKind::kOptimizerStep: return true;
+    // One rank: the "gather" is a local cast of the master shard.
+    case OpKind::kAllGather: return op.work.group_size <= 1;
+    default: return false;
+  }
+}
+
+double CostModel::Seconds(const StepOp& op) const {
+  if (PricedAsCompute(op)) return ComputeSeconds(op.work);
+  const OpWork& w = op.work;
+  switch (op.kind) {
     case OpKind::kAllGather:
-      // One rank: the "gather" is a local cast of the master shard.
-      if (w.group_size <= 1) return ComputeSeconds(w);
-      return profile_.CollectiveSeconds(w.collective, w.collective_bytes, w.group_size, w.spans_nodes);
     case OpKind::kReduceScatter:
     case OpKind::kAllReduce:
     case OpKind::kAllReduceGradNorm:
@@ -40,8 +47,8 @@ double CostModel::Seconds(const StepOp& op) const {
     case OpKind::kCopyToDevice: return w.copy_bytes / profile_.host_to_device_bytes_per_s;
     case OpKind::kCopyToHost: return w.copy_bytes / profile_.device_to_host_bytes_per_s;
     case OpKind::kCpuOptimizerStep: return w.cpu_adam_params / profile_.cpu_adam_params_per_s;
+    default: return 0;  // a release hands memory back; it takes no time
   }
-  return 0;
 }
 
 double CostModel::IssueSeconds(const StepOp& op) const {

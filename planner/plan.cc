@@ -1,12 +1,12 @@
 #include "planner/plan.h"
 
 #include <algorithm>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "planner/atomic_file.h"
 #include "planner/json_read.h"
 #include "planner/user_error.h"
 
@@ -251,15 +251,7 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
 Plan LoadPlan(const std::string& path) { return PlanFromJson(ReadJsonFile(path, "plan"), "plan " + path); }
 
 void SavePlan(const Plan& plan, const std::string& path) {
-  // Write to a temporary and rename, so a failed write never leaves a torn plan.
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw UserError("cannot write plan to '" + path + "'; check the directory exists and is writable");
-    out << PlanToJson(plan).dump(2) << "\n";
-    if (!out) throw UserError("writing plan to '" + path + "' failed (disk full?)");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw UserError("cannot move plan into '" + path + "'");
+  WriteFileAtomically(path, PlanToJson(plan).dump(2) + "\n", "plan");
 }
 
 }  // namespace llmplan

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "planner/estimate.h"
+#include "simulator/xml_escape.h"
 
 namespace llmplan {
 
@@ -33,17 +34,6 @@ const char* KindColor(OpKind k) {
   return "#999";
 }
 
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string TimelineSvg(const StepProgram& program, const SimulationResult& sim, double persistent_bytes,
@@ -66,7 +56,7 @@ std::string TimelineSvg(const StepProgram& program, const SimulationResult& sim,
                 "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
                 width, height);
   svg << buf;
-  svg << "<text x=\"10\" y=\"22\" font-size=\"15\">" << Escape(title) << "</text>\n";
+  svg << "<text x=\"10\" y=\"22\" font-size=\"15\">" << XmlEscape(title) << "</text>\n";
   for (size_t li = 0; li < lanes.size(); ++li) {
     double y = top + lane * static_cast<double>(li);
     std::snprintf(buf, sizeof buf, "<text x=\"8\" y=\"%.1f\">%s</text>\n", y + lane * 0.65,
@@ -86,7 +76,7 @@ std::string TimelineSvg(const StepProgram& program, const SimulationResult& sim,
     std::snprintf(buf, sizeof buf,
                   "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\" "
                   "stroke-width=\"0.3\"><title>%s: %s</title></rect>\n",
-                  x(t.start), y + 3, w, lane - 6, KindColor(op.kind), Escape(op.name).c_str(),
+                  x(t.start), y + 3, w, lane - 6, KindColor(op.kind), XmlEscape(op.name).c_str(),
                   FormatSeconds(t.end - t.start).c_str());
     svg << buf;
   }

@@ -1,9 +1,6 @@
 #include "simulator/trace.h"
 
-#include <cstdio>
-#include <fstream>
-
-#include "planner/user_error.h"
+#include "planner/atomic_file.h"
 
 namespace llmplan {
 
@@ -40,14 +37,7 @@ void ChromeTrace::Merge(const ChromeTrace& other) {
 nlohmann::json ChromeTrace::ToJson() const { return {{"traceEvents", events_}, {"displayTimeUnit", "ms"}}; }
 
 void ChromeTrace::Write(const std::string& path) const {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw UserError("cannot write trace to '" + path + "'; check the directory exists and is writable");
-    out << ToJson().dump() << "\n";
-    if (!out) throw UserError("writing trace to '" + path + "' failed (disk full?)");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw UserError("cannot move trace into '" + path + "'");
+  WriteFileAtomically(path, ToJson().dump() + "\n", "trace");
 }
 
 ChromeTrace StepTrace(const StepProgram& program, const std::vector<OpTiming>& ops,

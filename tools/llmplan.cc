@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   CLI::App app{"llmplan: plan, simulate and run multi-GPU LLM training", "llmplan"};
   AddEstimateCommand(app);
   AddSimulateCommand(app);
+  AddCompareCommand(app);
   ListExecutorCommands(app);
   return RunCommandLine(app, argc, argv);
 }

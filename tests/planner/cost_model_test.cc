@@ -65,7 +65,15 @@ TEST(CostModelTest, ComputeSecondsAddsTermsWithALaunchFloor) {
   w.elementwise_bytes = 2.9708e9;  // at 4,244e9 * 0.7 = 2,970.8e9 B/s: 1 ms
   w.launches = 10;
   const double gemm = 2e12 / (989e12 * 0.832 * 4096 / (4096 + 332));
-  EXPECT_NEAR(cost.ComputeSeconds(w), gemm + 1e-3 + 1e-3, 1e-15);
+  EXPECT_NEAR(cost.ComputeSeconds(w), gemm + 1e-3 + 1e-3 + 10 * p.kernel_overhead_s, 1e-15);
+  // The same seconds, term by term (what llmplan compare shows as the predicted split).
+  const ComputeTerms terms = cost.ComputeTermSeconds(w);
+  EXPECT_NEAR(terms.gemm, gemm, 1e-15);
+  EXPECT_NEAR(terms.attention, 1e-3, 1e-15);
+  EXPECT_NEAR(terms.memory_bound, 1e-3, 1e-15);
+  EXPECT_DOUBLE_EQ(terms.kernel_overhead, 10 * p.kernel_overhead_s);
+  EXPECT_DOUBLE_EQ(terms.launch_floor, 10 * 4e-6);
+  EXPECT_EQ(terms.Seconds(), cost.ComputeSeconds(w));
   // Backward attention at 308e12: 6.01e11 / 308e12.
   w.attention_backward = true;
   EXPECT_NEAR(cost.ComputeSeconds(w), gemm + 6.01e11 / 308e12 + 1e-3, 1e-15);
@@ -74,6 +82,7 @@ TEST(CostModelTest, ComputeSecondsAddsTermsWithALaunchFloor) {
   tiny.elementwise_bytes = 1;
   tiny.launches = 24;
   EXPECT_DOUBLE_EQ(cost.ComputeSeconds(tiny), 24 * 4e-6);
+  EXPECT_LT(cost.ComputeTermSeconds(tiny).DeviceSeconds(), cost.ComputeTermSeconds(tiny).launch_floor);
   // Copies and the CPU optimizer: 55.5e9 B/s up, 55.4e9 B/s down, 1e9 params/s.
   StepOp up;
   up.kind = OpKind::kCopyToDevice;
@@ -87,6 +96,15 @@ TEST(CostModelTest, ComputeSecondsAddsTermsWithALaunchFloor) {
   adam.kind = OpKind::kCpuOptimizerStep;
   adam.work.cpu_adam_params = 2e9;
   EXPECT_DOUBLE_EQ(cost.Seconds(adam), 2.0);
+  // Kernels are priced as compute; a one-rank all-gather is a local cast, so it is too.
+  StepOp gather;
+  gather.kind = OpKind::kAllGather;
+  gather.work.group_size = 1;
+  EXPECT_TRUE(CostModel::PricedAsCompute(gather));
+  gather.work.group_size = 2;
+  EXPECT_FALSE(CostModel::PricedAsCompute(gather));
+  EXPECT_FALSE(CostModel::PricedAsCompute(up));
+  EXPECT_FALSE(CostModel::PricedAsCompute(adam));
   StepOp rel;
   rel.kind = OpKind::kRelease;
   rel.work.launches = 100;

@@ -52,7 +52,8 @@ TEST(PlannerBinaryTest, HelpListsPlannerAndExecutorCommands) {
   ScratchDir dir;
   CliResult r = RunCli("--help", dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* expected : {"estimate", "simulate", "run", "Train a plan", "data", "token files", "--version"}) {
+  for (const char* expected :
+       {"estimate", "simulate", "compare", "run", "Train a plan", "data", "token files", "--version"}) {
     EXPECT_NE(r.out.find(expected), std::string::npos) << expected << " missing:\n" << r.out;
   }
 }
@@ -62,7 +63,8 @@ TEST(PlannerBinaryTest, UnknownCommandIsNamedWithTheCommands) {
   ExpectBadInput("frobnicate --model llama3-8b", dir);
   CliResult r = RunCli("frobnicate", dir);
   EXPECT_EQ(r.err,
-            "llmplan: unknown command 'frobnicate'; commands: estimate, simulate, run, data (see llmplan --help)\n");
+            "llmplan: unknown command 'frobnicate'; commands: estimate, simulate, compare, run, data (see llmplan "
+            "--help)\n");
 }
 
 TEST(PlannerBinaryTest, NoCommandPrintsTheHelpAndExits2) {

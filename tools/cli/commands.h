@@ -9,9 +9,10 @@ class App;
 
 namespace llmplan::cli {
 
-// llmplan (planner and simulator, no LibTorch).
+// llmplan (planner, simulator and feedback, no LibTorch).
 void AddEstimateCommand(CLI::App& app);  // llmplan estimate
 void AddSimulateCommand(CLI::App& app);  // llmplan simulate
+void AddCompareCommand(CLI::App& app);   // llmplan compare
 
 // llmplan-executor (LibTorch); their names and summaries are rows of
 // kExecutorCommands (executor_commands.h).

@@ -1,8 +1,6 @@
 // llmplan simulate: interprets a plan's step program on virtual streams and
 // reports step time, exposed communication, per-stream busy time and the
 // memory peak; optionally writes a Chrome/Perfetto trace.
-#include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -10,8 +8,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "planner/user_error.h"
+#include "planner/atomic_file.h"
 #include "planner/memory_timeline.h"
+#include "planner/user_error.h"
 #include "simulator/evaluate.h"
 #include "simulator/timeline_svg.h"
 #include "simulator/trace.h"
@@ -40,12 +39,7 @@ void Run(const SimulateOptions& o) {
                         StrategyName(plan.strategy) + ", micro-batch " + std::to_string(plan.micro_batch) + " x " +
                         std::to_string(plan.grad_accum) + ", step " + FormatSeconds(e.time.step_seconds) +
                         " (predicted)";
-    std::string tmp = o.svg + ".tmp";
-    std::ofstream out(tmp);
-    out << TimelineSvg(ev.program, ev.simulation, persistent, title);
-    out.close();
-    if (!out || std::rename(tmp.c_str(), o.svg.c_str()) != 0)
-      throw UserError("cannot write the picture to '" + o.svg + "'; check the directory exists and is writable");
+    WriteFileAtomically(o.svg, TimelineSvg(ev.program, ev.simulation, persistent, title), "picture");
   }
   if (o.json) {
     nlohmann::json j = EstimateToJson(e, profile);
