@@ -61,7 +61,9 @@
 // 0919d01f216cbda88a9488b30075c674df16ff49: AcceleratorAllocatorConfig,
 // large_segment_size() defaulting to 20 MiB, OOM-overflow pools and an
 // opt-in OOM-rejection policy). The default path described above is the
-// same in both.
+// same in both. AllocatorTraceTest checks the model against traces of PyTorch
+// 2.11 recorded on the GPU machine (tools/device/record_allocator.py,
+// tests/data/allocator/).
 //
 // Cost: O(log n) per Malloc and Free in the number of cached blocks (the
 // cudaFree-and-retry path scans the pools), so the plan search can replay a

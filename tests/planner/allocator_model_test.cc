@@ -1,12 +1,21 @@
 // CachingAllocatorModel against behaviours of PyTorch's CUDA caching
 // allocator, with the numbers worked out by hand from
-// c10/cuda/CUDACachingAllocator.cpp (see planner/allocator_model.h).
-// MiB = 1,048,576 bytes.
+// c10/cuda/CUDACachingAllocator.cpp (see planner/allocator_model.h), and
+// against traces recorded on a GPU (tests/data/allocator/, written by
+// tools/device/record_allocator.py). MiB = 1,048,576 bytes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "planner/allocator_model.h"
+#include "planner/json_read.h"
+#include "tests/planner/test_support.h"
 
 namespace llmplan {
 namespace {
@@ -305,6 +314,187 @@ TEST(AllocatorModelTest, TheRetryWaitsForOtherStreamsAndFreesTheirBlocksToo) {
   EXPECT_EQ(m.num_alloc_retries(), 1);
   EXPECT_EQ(m.reserved_bytes(), 14 * MiB);
   EXPECT_EQ(m.num_segments(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// Replaying traces recorded by tools/device/record_allocator.py (format in
+// tests/data/allocator/README.md)
+
+struct TraceReplay {
+  double peak_allocated_bytes = 0;
+  double peak_reserved_bytes = 0;
+  int64_t num_segments = 0;
+  int64_t num_alloc_retries = 0;
+  int64_t num_ooms = 0;
+  int64_t deferred_frees = 0;  // frees that waited for other streams' events
+  // The first allocation after which the model reserved other than PyTorch
+  // did (reserved bytes follow segment_alloc / segment_free events); empty
+  // when they agreed throughout.
+  std::string first_divergence;
+};
+
+// Replays a recorded trace through the model: alloc -> Malloc, oom -> a Malloc
+// that must fail, free_requested -> Free. A free_requested not followed at
+// once by the free_completed of the same address was deferred by events of
+// other streams (recordStream); the replay records the block on a stream of
+// its own and marks that stream done at the free_completed, which the real
+// allocator logs from process_events at the start of the next malloc.
+// REQUIRES: the trace starts with an empty allocator, and has no deferred
+// free completed by a synchronize-all (num_sync_all_streams == 0 when any
+// free is deferred): such a free_completed cannot be told apart in the trace.
+TraceReplay ReplayTrace(const nlohmann::json& trace) {
+  const nlohmann::json& events = trace.at("events");
+  Model::Options options;
+  options.device_capacity_bytes = trace.value("allowed_memory_bytes", 0.0);
+  Model model(options);
+  std::unordered_map<int64_t, int64_t> live;     // device address -> model handle
+  std::unordered_map<int64_t, int> deferred_on;  // device address -> its own stream
+  int next_deferral_stream = 1 << 20;            // above any recorded stream number
+  double recorded_reserved = 0;
+  TraceReplay r;
+
+  auto check_reserved = [&](size_t i, const std::string& what) {
+    if (!r.first_divergence.empty() || model.reserved_bytes() == recorded_reserved) return;
+    r.first_divergence = "event " + std::to_string(i) + " (" + what + "): the model reserves " +
+                         std::to_string(static_cast<int64_t>(model.reserved_bytes())) + " B, PyTorch " +
+                         std::to_string(static_cast<int64_t>(recorded_reserved)) + " B";
+  };
+  for (size_t i = 0; i < events.size(); ++i) {
+    const nlohmann::json& e = events[i];
+    const std::string action = e.at(0).get<std::string>();
+    const int64_t address = e.at(1).get<int64_t>();
+    const double size = e.at(2).get<double>();
+    const int stream = e.at(3).get<int>();
+    const std::string what = action + " of " + std::to_string(static_cast<int64_t>(size)) + " B on stream " +
+                             std::to_string(stream);
+    if (action == "segment_alloc") {
+      recorded_reserved += size;
+    } else if (action == "segment_free") {
+      recorded_reserved -= size;
+    } else if (action == "alloc") {
+      const int64_t h = model.Malloc(size, stream);
+      if (h == Model::kOutOfMemory && r.first_divergence.empty())
+        r.first_divergence = "event " + std::to_string(i) + " (" + what + "): the model ran out of memory";
+      live[address] = h;
+      check_reserved(i, what);
+    } else if (action == "oom") {
+      if (model.Malloc(size, stream) != Model::kOutOfMemory && r.first_divergence.empty())
+        r.first_divergence = "event " + std::to_string(i) + " (" + what + "): PyTorch ran out of memory, the model did not";
+      check_reserved(i, what);
+    } else if (action == "free_requested") {
+      auto it = live.find(address);
+      if (it == live.end()) throw std::runtime_error("trace event " + std::to_string(i) + " frees an address never allocated");
+      const int64_t h = it->second;
+      live.erase(it);
+      if (h == Model::kOutOfMemory) continue;
+      const bool completes_now = i + 1 < events.size() && events[i + 1].at(0) == "free_completed" &&
+                                 events[i + 1].at(1).get<int64_t>() == address;
+      if (!completes_now) {
+        ++r.deferred_frees;
+        deferred_on[address] = next_deferral_stream;
+        model.RecordStream(h, next_deferral_stream++);
+      }
+      model.Free(h);
+    } else if (action == "free_completed") {
+      auto it = deferred_on.find(address);
+      if (it != deferred_on.end()) {
+        model.StreamWorkDone(it->second);
+        deferred_on.erase(it);
+      }
+    } else {
+      throw std::runtime_error("trace event " + std::to_string(i) + ": action '" + action +
+                               "' is not replayed (expandable segments?)");
+    }
+  }
+  r.peak_allocated_bytes = model.peak_allocated_bytes();
+  r.peak_reserved_bytes = model.peak_reserved_bytes();
+  r.num_segments = model.num_segments();
+  r.num_alloc_retries = model.num_alloc_retries();
+  r.num_ooms = model.num_ooms();
+  return r;
+}
+
+// What PyTorch records when a block used on a side stream is freed, a second
+// block of its size is allocated while the first waits, and the first comes
+// back at the next malloc (addresses in MiB).
+nlohmann::json DeferredFreeTrace() {
+  const int64_t A = 100 * (1 << 20), B = 200 * (1 << 20), S = 12 * (1 << 20);
+  return nlohmann::json{
+      {"events",
+       {{"segment_alloc", A, S, 0},
+        {"alloc", A, S, 0},
+        {"free_requested", A, S, 0},  // recorded on a side stream: no free_completed yet
+        {"segment_alloc", B, S, 0},
+        {"alloc", B, S, 0},
+        {"free_requested", B, S, 0},
+        {"free_completed", B, S, 0},
+        {"free_completed", A, S, 0},  // process_events at the start of the next malloc
+        {"alloc", A, S, 0}}}};
+}
+
+TEST(AllocatorModelTest, ReplayKeepsADeferredFreeOutOfThePoolUntilItCompletes) {
+  TraceReplay r = ReplayTrace(DeferredFreeTrace());
+  EXPECT_EQ(r.first_divergence, "");
+  EXPECT_EQ(r.peak_reserved_bytes, 24 * MiB);
+  EXPECT_EQ(r.peak_allocated_bytes, 12 * MiB);
+  EXPECT_EQ(r.num_segments, 2);
+  EXPECT_EQ(r.deferred_frees, 1);
+}
+
+TEST(AllocatorModelTest, ReplayNamesTheFirstEventWhereTheModelDiverges) {
+  nlohmann::json trace = DeferredFreeTrace();
+  trace["events"][3][2] = 20 * (1 << 20);  // pretend PyTorch had made a 20 MiB segment
+  TraceReplay r = ReplayTrace(trace);
+  EXPECT_EQ(r.first_divergence,
+            "event 4 (alloc of 12582912 B on stream 0): the model reserves 25165824 B, PyTorch 33554432 B");
+}
+
+TEST(AllocatorModelTest, ReplayOfAnOomEventExpectsTheModelToFail) {
+  const int64_t S = 12 * (1 << 20);
+  nlohmann::json trace{{"allowed_memory_bytes", 20 * (1 << 20)},
+                       {"events", {{"segment_alloc", 0, S, 0}, {"alloc", 0, S, 0}, {"oom", 0, S, 0}}}};
+  TraceReplay r = ReplayTrace(trace);
+  EXPECT_EQ(r.first_divergence, "");
+  EXPECT_EQ(r.num_ooms, 1);
+  EXPECT_EQ(r.num_alloc_retries, 1);
+}
+
+std::vector<std::string> RecordedTraces() {
+  std::vector<std::string> files;
+  const std::filesystem::path dir = testing::SourceDir() + "/tests/data/allocator";
+  if (!std::filesystem::is_directory(dir)) return files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().extension() == ".json") files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Fails until the traces are recorded on the GPU machine: the model is only as
+// good as its agreement with the real allocator.
+TEST(AllocatorTraceTest, ReplaysRecordedTraces) {
+  const std::vector<std::string> files = RecordedTraces();
+  ASSERT_FALSE(files.empty())
+      << "no recorded allocator traces in tests/data/allocator/: run "
+         "`python3 tools/device/record_allocator.py --out tests/data/allocator` on the GPU machine "
+         "(PyTorch 2.11, one GPU) and commit the .json files it writes (tests/data/allocator/README.md)";
+  for (const std::string& file : files) {
+    SCOPED_TRACE(file);
+    const nlohmann::json trace = ReadJsonFile(file, "allocator trace " + file);
+    const nlohmann::json& stats = trace.at("stats");
+    const double peak_reserved = stats.at("reserved_bytes.all.peak").get<double>();
+    const double peak_allocated = stats.at("allocated_bytes.all.peak").get<double>();
+    const TraceReplay r = ReplayTrace(trace);
+    if (r.deferred_frees > 0 && stats.at("num_sync_all_streams").get<int64_t>() > 0)
+      ADD_FAILURE() << "deferred frees and a synchronize-all in one trace: the replay cannot tell which "
+                       "free_completed the synchronize caused (record such sequences separately)";
+    const std::string divergence =
+        r.first_divergence.empty() ? "reserved bytes agreed after every allocation" : r.first_divergence;
+    EXPECT_NEAR(r.peak_reserved_bytes, peak_reserved, 0.01 * peak_reserved) << divergence;
+    EXPECT_NEAR(r.peak_allocated_bytes, peak_allocated, 0.01 * peak_allocated) << divergence;
+    EXPECT_EQ(r.num_segments, static_cast<int64_t>(trace.at("segments").size())) << divergence;
+    EXPECT_EQ(r.num_ooms, stats.at("num_ooms").get<int64_t>()) << divergence;
+    EXPECT_EQ(r.num_alloc_retries, stats.at("num_alloc_retries").get<int64_t>()) << divergence;
+  }
 }
 
 }  // namespace
