@@ -133,9 +133,9 @@ class CachingAllocatorModel {
 
   // All work issued on `stream` so far has completed: the events recorded on
   // it by earlier Frees are done. The blocks they held return to the pool at
-  // the next Malloc (process_events), as in the real allocator; callers decide
-  // where in their replay this happens (the simulator: when the stream's last
-  // operation using the block ends).
+  // the next Malloc (process_events), as in the real allocator. Callers decide
+  // where in their replay this happens (a simulator would call it when the
+  // stream's last operation using the block ends).
   void StreamWorkDone(int stream);
 
   double allocated_bytes() const { return static_cast<double>(allocated_.current); }
