@@ -1,0 +1,232 @@
+// CachingAllocatorModel: a replay model of PyTorch's CUDA caching allocator
+// (the "native" backend of c10/cuda/CUDACachingAllocator.cpp) for one process
+// on one device, with default settings (PYTORCH_CUDA_ALLOC_CONF unset). It
+// takes the allocations and frees of a step in order and reports what the real
+// allocator would report: allocated and reserved bytes (current and peak), the
+// segments it holds, cudaFree-and-retry events and out-of-memory. Reserved
+// memory, not allocated memory, is what runs out on a GPU, and a fixed
+// fragmentation factor cannot predict it; replaying the allocator can.
+//
+// What is modelled (all of it read in the source, see "Sources" below):
+//  - Rounding: a request of n bytes takes max(512, n rounded up to 512) bytes
+//    (round_size; roundup_power2_divisions is off by default).
+//  - Two pools: requests <= 1 MiB are "small", larger ones "large". A new
+//    segment (one cudaMalloc) is 2 MiB for a small request, 20 MiB for a large
+//    one below 10 MiB, else the request rounded up to 2 MiB
+//    (get_allocation_size).
+//  - Best fit: the smallest free block of the same pool and the same stream
+//    with size >= request; ties go to the lowest address (the pool is a set
+//    ordered by (stream, size, address); get_free_block is its lower_bound).
+//    Blocks freed on one stream are never handed to another stream.
+//  - Splitting: the rest of a block stays free as its own block when it is
+//    >= 512 B (small pool) or > 1 MiB (large pool); otherwise the whole block
+//    is handed out and counted as allocated (should_split).
+//  - Merging: a freed block absorbs free neighbours of its segment
+//    (free_block / try_merge_blocks); segments are never merged.
+//  - Cross-stream use: RecordStream marks a block as used on another stream;
+//    freeing it drops allocated bytes at once but keeps the block out of the
+//    pool until an event recorded on that stream at free time has completed,
+//    which the allocator notices only at the start of a later Malloc
+//    (insert_events, process_events).
+//  - When cudaMalloc fails (reserved + segment > device capacity): wait for
+//    all outstanding events, cudaFree every cached segment that is wholly free
+//    (any stream, both pools) and try once more, counting a retry; if that
+//    fails too, out of memory (release_cached_blocks, alloc_block's isRetry).
+//    release_available_cached_blocks, tried before that, does nothing unless
+//    max_split_size is set.
+//  - Stats as torch.cuda.memory_stats() keeps them: allocated_bytes moves by
+//    block size at malloc and at free() time; reserved_bytes by segment size
+//    at cudaMalloc / cudaFree; peaks are maxima of the current values.
+//
+// What is left out, and why:
+//  - Options that are off by default: expandable segments, max_split_size and
+//    the "oversize" block rules, roundup_power2_divisions, the
+//    garbage_collection_threshold collector, max_non_split_rounding_size.
+//    llmplan runs with the defaults.
+//  - CUDA graph and MemPool private pools, OOM-overflow pools, the
+//    free-memory callbacks (IPC): llmplan captures no graphs.
+//  - Real device addresses. Segments get increasing addresses in the order
+//    they are created and addresses are never reused; the real cudaMalloc may
+//    place a new segment below an old one, which only changes which of two
+//    equally sized free blocks is chosen.
+//  - What cudaMalloc really has free: device_capacity_bytes stands for the
+//    memory the allocator may reserve (the GPU's memory less the CUDA context
+//    and allocations outside the allocator, or the maximum set by
+//    torch.cuda.set_per_process_memory_fraction, whose check
+//    `reserved + segment > allowed` this is exactly).
+//
+// Sources: pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp at commit
+// 001074d25084fdb87a799823e395a50f5ec044d3 (2.x, before the config moved to
+// c10/core), and a later copy of main (Continuous-Integrator/pytorch at
+// 0919d01f216cbda88a9488b30075c674df16ff49: AcceleratorAllocatorConfig,
+// large_segment_size() defaulting to 20 MiB, OOM-overflow pools and an
+// opt-in OOM-rejection policy). The default path described above is the
+// same in both. AllocatorTraceTest checks the model against traces of PyTorch
+// 2.11 recorded on the GPU machine (tools/device/record_allocator.py,
+// tests/data/allocator/).
+//
+// Cost: O(log n) per Malloc and Free in the number of cached blocks (the
+// cudaFree-and-retry path scans the pools), so the plan search can replay a
+// few thousand allocations for hundreds of plans.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <vector>
+
+namespace llmplan {
+
+class CachingAllocatorModel {
+ public:
+  struct Options {
+    // Bytes the allocator may hold in segments; a cudaMalloc that would go
+    // beyond fails. 0: unlimited (no out-of-memory modelling).
+    double device_capacity_bytes = 0;
+  };
+
+  enum class Pool { kSmall, kLarge };
+
+  // One cudaMalloc'd segment, as torch.cuda.memory_snapshot() lists it.
+  struct SegmentInfo {
+    int64_t address = 0;          // the model's address, not the device's
+    int64_t size = 0;             // total_size
+    int64_t allocated_bytes = 0;  // allocated_size: blocks handed out and not freed
+    int stream = 0;               // the stream it was allocated for
+    Pool pool = Pool::kSmall;
+    int num_blocks = 0;           // blocks it is split into (allocated, pending or free)
+  };
+
+  // Malloc's answer when the request cannot be satisfied.
+  static constexpr int64_t kOutOfMemory = -1;
+
+  // Constants of CUDACachingAllocator.cpp.
+  static constexpr int64_t kMinBlockSize = 512;            // every size is rounded to this
+  static constexpr int64_t kSmallSize = 1 << 20;           // largest "small" request
+  static constexpr int64_t kSmallBuffer = 2 << 20;         // segment for small requests
+  static constexpr int64_t kLargeBuffer = 20 << 20;        // segment for requests below kMinLargeAlloc
+  static constexpr int64_t kMinLargeAlloc = 10 << 20;      // from here on a request gets its own segment
+  static constexpr int64_t kRoundLarge = 2 << 20;          // ... rounded up to this
+
+  // Unlimited capacity.
+  CachingAllocatorModel();
+  explicit CachingAllocatorModel(Options options);
+
+  // Allocates `bytes` on `stream` (any small integer naming a CUDA stream) and
+  // returns a handle for Free / RecordStream, or kOutOfMemory when even the
+  // cudaFree-all-cached-segments retry cannot fit the segment it needs.
+  // REQUIRES: 1 <= bytes < 2^53 (the real allocator hands out no block for 0).
+  int64_t Malloc(double bytes, int stream);
+
+  // Frees a block. Its bytes leave allocated_bytes now; the block returns to
+  // the pool now, or, if it was recorded on other streams, at the first
+  // Malloc after each of those streams has been marked StreamWorkDone.
+  // REQUIRES: `handle` came from Malloc and has not been freed.
+  void Free(int64_t handle);
+
+  // As c10::cuda::CUDACachingAllocator::recordStream: the block is used on
+  // `stream` too, so when freed it must wait for that stream's work. A use on
+  // the block's own stream needs no wait and is ignored.
+  // REQUIRES: `handle` is live (allocated, not freed).
+  void RecordStream(int64_t handle, int stream);
+
+  // All work issued on `stream` so far has completed: the events recorded on
+  // it by earlier Frees are done. The blocks they held return to the pool at
+  // the next Malloc (process_events), as in the real allocator. Callers decide
+  // where in their replay this happens (a simulator would call it when the
+  // stream's last operation using the block ends).
+  void StreamWorkDone(int stream);
+
+  double allocated_bytes() const { return static_cast<double>(allocated_.current); }
+  double reserved_bytes() const { return static_cast<double>(reserved_.current); }
+  double peak_allocated_bytes() const { return static_cast<double>(allocated_.peak); }
+  double peak_reserved_bytes() const { return static_cast<double>(reserved_.peak); }
+  // Segments currently held (memory_stats "segment.all.current").
+  int64_t num_segments() const { return num_segments_; }
+  // cudaFree-all-cached-segments-and-retry events: each synchronizes the
+  // device and empties the cache, a stall worth avoiding even when it succeeds.
+  int64_t num_alloc_retries() const { return num_alloc_retries_; }
+  // Malloc calls answered kOutOfMemory.
+  int64_t num_ooms() const { return num_ooms_; }
+  bool out_of_memory() const { return num_ooms_ > 0; }
+
+  // Every segment held, in address order.
+  std::vector<SegmentInfo> Segments() const;
+
+ private:
+  // A piece of a segment: allocated, pending (freed, waiting for events of
+  // other streams) or free (in its pool). Blocks live in blocks_, addressed by
+  // index (the handle); the slot of a block merged away or cudaFree'd is
+  // reused by the next new block.
+  struct Block {
+    bool live = false;           // false: an unused slot
+    int64_t address = 0;
+    int64_t size = 0;
+    int stream = 0;
+    Pool pool = Pool::kSmall;
+    int segment = -1;            // index into segments_
+    int prev = -1, next = -1;    // neighbours in the segment, -1 at its ends
+    bool allocated = false;
+    int pending_events = 0;      // events that must complete before it is free
+    std::vector<int> used_on;    // other streams recorded since allocation
+  };
+  // Key of a free block: the real pool's order, (stream, size, address).
+  struct FreeKey {
+    int stream;
+    int64_t size;
+    int64_t address;
+    int block;
+    bool operator<(const FreeKey& o) const;
+  };
+  struct Segment {
+    int64_t address = 0, size = 0;
+    int stream = 0;
+    Pool pool = Pool::kSmall;
+    bool held = false;  // false once cudaFree'd
+  };
+  struct Stat {
+    int64_t current = 0, peak = 0;
+    void Add(int64_t bytes);
+  };
+  // An event recorded on a stream when a cross-stream block was freed.
+  struct StreamEvent {
+    int64_t sequence;  // per stream, increasing
+    int block;
+  };
+  struct StreamEvents {
+    std::deque<StreamEvent> outstanding;
+    int64_t recorded = 0;   // sequence of the last event recorded
+    int64_t completed = 0;  // events up to this sequence are done
+  };
+
+  int NewBlock();
+  void DropBlock(int b);
+  std::set<FreeKey>& PoolOf(Pool pool) { return pool == Pool::kSmall ? small_free_ : large_free_; }
+  FreeKey KeyOf(int b) const;
+  int FindFreeBlock(int64_t size, int stream, Pool pool);
+  int AllocateSegment(int64_t segment_size, int stream, Pool pool);
+  void ReturnToPool(int b);
+  void ProcessCompletedEvents();
+  void WaitForAllEvents();
+  void ReleaseWhollyFreeSegments();
+
+  // Constant after construction.
+  int64_t capacity_bytes_;  // 0: unlimited
+
+  // Blocks and segments.
+  std::vector<Block> blocks_;
+  std::vector<int> unused_block_slots_;
+  std::vector<Segment> segments_;
+  std::set<FreeKey> small_free_, large_free_;
+  std::map<int, StreamEvents> events_;  // by stream
+  int64_t next_address_;
+
+  // Statistics, as memory_stats() names them.
+  Stat allocated_, reserved_;
+  int64_t num_segments_ = 0;
+  int64_t num_alloc_retries_ = 0;
+  int64_t num_ooms_ = 0;
+};
+
+}  // namespace llmplan
