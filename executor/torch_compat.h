@@ -361,13 +361,5 @@ inline void SynchronizeDevice(const at::Device& device) {
 // All-gather and broadcast move bytes, so they view bf16 as fp16 (same 2 bytes) instead.
 #define LLMPLAN_GLOO_SUMS_BFLOAT16 0
 
-#ifdef LLMPLAN_WITH_CUDA
-// Tells the caching allocator that `tensor`'s memory is used on `stream` (a
-// communicator's own stream), so freeing it on the caller's stream does not
-// hand the block to another tensor while the collective still reads it.
-inline void RecordStreamUse(const at::Tensor& tensor, c10::cuda::CUDAStream stream) {
-  c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), stream);
-}
-#endif
 
 }  // namespace llmplan::compat

@@ -7,7 +7,10 @@
 // CollectiveWork; Wait() makes the *caller's current CUDA stream* wait on the
 // collective's completion event (no host blocking on the hot path), or, on the
 // CPU, blocks until the collective has finished. Inputs are ordered after the
-// work already queued on the caller's current stream.
+// work already queued on the caller's current stream. The caller keeps every
+// tensor it passes alive until Wait() has returned: freed after that, on the
+// stream that waited, their memory is reused in that stream's order (the
+// caching allocator is not told of the communicator's stream).
 //
 // Every call names what it moves ("all-gather block 3 mb 0") so a collective
 // that does not finish within the timeout can be reported with the operation,

@@ -8,8 +8,9 @@
 // so the host never blocks on the hot path:
 //   issue:  record an event on the caller's current stream; the NCCL stream
 //           waits on it (the input is ready); launch the collective; record
-//           the "done" event on the NCCL stream; tell the caching allocator
-//           that the tensors are in use on the NCCL stream (recordStream).
+//           the "done" event on the NCCL stream. No recordStream: the caller
+//           keeps the tensors alive until its stream has waited (below), so
+//           their blocks are reused in that stream's order.
 //   Wait(): the caller's current stream waits on "done" (no host sync).
 //   Done(): cudaEventQuery("done") (never blocks; the watchdog polls it).
 //
