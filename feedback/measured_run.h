@@ -55,8 +55,10 @@ struct MeasuredRun {
   std::string device;               // from summary.json when present ("cuda:0", "cpu"), else ""
   std::string attention_backend;
 
-  // The steps that measure steady state: all but the first when there are
-  // several (the first pays for allocator growth and kernel selection).
+  // The steps that measure steady state: all but the first two when there
+  // are 4 or more, all but the first when 2 or 3 (the first pays for
+  // allocator growth and kernel selection, the second on several GPUs for
+  // NCCL's connections).
   std::vector<const MeasuredStep*> TimedSteps() const;
   // Mean over TimedSteps() of an op's measured seconds.
   double MeanSeconds(int op) const;
