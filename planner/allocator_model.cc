@@ -200,6 +200,16 @@ void CachingAllocatorModel::StreamWorkDone(int stream) {
   if (it != events_.end()) it->second.completed = it->second.recorded;
 }
 
+void CachingAllocatorModel::StreamWorkDoneThrough(int stream, int64_t sequence) {
+  auto it = events_.find(stream);
+  if (it != events_.end()) it->second.completed = std::max(it->second.completed, std::min(sequence, it->second.recorded));
+}
+
+int64_t CachingAllocatorModel::EventsRecorded(int stream) const {
+  auto it = events_.find(stream);
+  return it == events_.end() ? 0 : it->second.recorded;
+}
+
 // free_block: merge with the free neighbours in the segment, then back into
 // the pool. Neighbours that are allocated or still waiting for events stay
 // separate blocks.

@@ -137,6 +137,12 @@ class CachingAllocatorModel {
   // where in their replay this happens (a simulator would call it when the
   // stream's last operation using the block ends).
   void StreamWorkDone(int stream);
+  // Finer: the events recorded on `stream` up to `sequence` (as
+  // EventsRecorded returned it after the Free that recorded them) have
+  // completed — the stream's work issued before that Free is done.
+  void StreamWorkDoneThrough(int stream, int64_t sequence);
+  // The sequence of the last event recorded on `stream` (0: none yet).
+  int64_t EventsRecorded(int stream) const;
 
   double allocated_bytes() const { return static_cast<double>(allocated_.current); }
   double reserved_bytes() const { return static_cast<double>(reserved_.current); }

@@ -21,12 +21,13 @@ using NamedSeconds = std::vector<std::pair<std::string, double>>;
 struct MemoryEstimate {
   // What the caching allocator reports (torch.cuda.max_memory_allocated).
   double peak_allocated_bytes = 0;
-  // Allocated plus the allocator's fragmentation (max_memory_reserved).
+  // What the caching allocator holds (max_memory_reserved): the allocator replay.
   double peak_reserved_bytes = 0;
   // Reserved plus what lives outside the allocator (CUDA context, NCCL buffers):
   // what must fit in the device.
   double device_peak_bytes = 0;
   double capacity_bytes = 0;  // the device's usable memory
+  double margin_fraction = 0;  // kept free on top of device_peak_bytes (the profile's calibrated margin)
   NamedBytes breakdown;       // terms of peak_allocated, then the rest; sums to device_peak_bytes
   double host_bytes = 0;      // pinned host memory per GPU (offload)
   double host_capacity_bytes = 0;

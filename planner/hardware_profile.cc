@@ -162,7 +162,6 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   p.cuda_context_bytes = mem.NumberIn("cuda_context_bytes", 0, kMaxBytes, 0);
   p.workspace_bytes = mem.NumberIn("workspace_bytes", 0, kMaxBytes, 0);
   p.collective_buffer_bytes = mem.NumberIn("collective_buffer_bytes", 0, kMaxBytes, 0);
-  p.fragmentation = mem.NumberIn("fragmentation", 0, 10, 0.25);
   p.usable_fraction = mem.NumberIn("usable_fraction", 0.1, 1.0, 0.95);
   p.memory_margin_fraction = mem.NumberIn("margin_fraction", 0, 0.5, 0);
 
@@ -178,6 +177,7 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   p.elementwise_efficiency = compute.NumberIn("elementwise_efficiency", 0.01, 1.0, 0.7);
   p.kernel_launch_s = compute.NumberIn("kernel_launch_s", 0, 1, 4e-6);
   p.kernel_overhead_s = compute.NumberIn("kernel_overhead_s", 0, 1, 0);
+  p.launch_queue_depth = static_cast<int>(compute.Integer("launch_queue_depth", 1, 1 << 20, 1024));
   p.compute_slowdown_during_collectives = compute.NumberIn("slowdown_during_collectives", 0, 10, 0.08);
 
   JsonObject host = root.Object("host");
@@ -208,7 +208,6 @@ nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
             {"cuda_context_bytes", p.cuda_context_bytes},
             {"workspace_bytes", p.workspace_bytes},
             {"collective_buffer_bytes", p.collective_buffer_bytes},
-            {"fragmentation", p.fragmentation},
             {"usable_fraction", p.usable_fraction},
             {"margin_fraction", p.memory_margin_fraction}}},
           {"compute",
@@ -221,6 +220,7 @@ nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
             {"elementwise_efficiency", p.elementwise_efficiency},
             {"kernel_launch_s", p.kernel_launch_s},
             {"kernel_overhead_s", p.kernel_overhead_s},
+            {"launch_queue_depth", p.launch_queue_depth},
             {"slowdown_during_collectives", p.compute_slowdown_during_collectives}}},
           {"host",
            {{"memory_bytes_per_gpu", p.host_memory_bytes},

@@ -44,9 +44,6 @@ struct HardwareProfile {
   double cuda_context_bytes = 0;       // CUDA context + kernels, outside the caching allocator
   double workspace_bytes = 0;          // cuBLAS/cuDNN workspaces
   double collective_buffer_bytes = 0;  // NCCL channel buffers per communicator
-  // (reserved - allocated) / allocated at the peak: the caching allocator's
-  // fragmentation and per-stream pools. Calibrated from measured runs.
-  double fragmentation = 0.25;
   // Fraction of memory_bytes the planner lets a plan reserve (headroom for spikes).
   double usable_fraction = 0.95;
   // The spread of the memory prediction's error that calibration measured
@@ -67,6 +64,9 @@ struct HardwareProfile {
   double elementwise_efficiency = 0.7;      // fraction of memory bandwidth elementwise kernels reach
   double kernel_launch_s = 4e-6;            // host cost of issuing one kernel (the host runs ahead unless work is tiny)
   double kernel_overhead_s = 0;             // device time each kernel adds beyond its work (launch latency, tail)
+  // Kernels the host may have issued and not yet finished before a launch
+  // blocks (CUDA's launch queue); it bounds how far the host runs ahead.
+  int launch_queue_depth = 1024;
   // Compute slows by this fraction while a collective runs beside it (SMs and
   // HBM shared with NCCL's kernels).
   double compute_slowdown_during_collectives = 0.08;

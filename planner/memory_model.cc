@@ -8,17 +8,17 @@
 namespace llmplan {
 
 int TensorRegistry::Add(MemoryCategory category, double bytes) {
-  const int id = next_++;
-  live_[id] = {category, bytes, id};
+  const int id = static_cast<int>(tensors_.size());
+  tensors_.push_back({category, bytes, id});
+  live_.push_back(1);
   return id;
 }
 
 MemoryDelta TensorRegistry::Remove(int id) {
-  auto it = live_.find(id);
-  if (it == live_.end()) throw std::logic_error("memory model: tensor " + std::to_string(id) + " freed twice");
-  MemoryDelta free = {it->second.category, -it->second.bytes, id};
-  live_.erase(it);
-  return free;
+  if (id < 0 || id >= static_cast<int>(tensors_.size()) || !live_[id])
+    throw std::logic_error("memory model: tensor " + std::to_string(id) + " is not live");
+  live_[id] = 0;
+  return {tensors_[id].category, -tensors_[id].bytes, id};
 }
 
 int MemoryScript::Alloc(MemoryCategory category, double bytes) {

@@ -20,7 +20,6 @@
 // plain attention of LibTorch 1.13 (materialised scores and probabilities).
 #pragma once
 
-#include <map>
 #include <vector>
 
 #include "planner/model_spec.h"
@@ -32,13 +31,16 @@ namespace llmplan {
 // can free what an earlier one allocated.
 class TensorRegistry {
  public:
+  void Reserve(size_t tensors) {
+    tensors_.reserve(tensors);
+    live_.reserve(tensors);
+  }
   int Add(MemoryCategory category, double bytes);
-  const MemoryDelta& Get(int id) const { return live_.at(id); }
   MemoryDelta Remove(int id);  // the free event of a live tensor
 
  private:
-  int next_ = 0;
-  std::map<int, MemoryDelta> live_;
+  std::vector<MemoryDelta> tensors_;  // by id (ids are handed out in order)
+  std::vector<char> live_;
 };
 
 // The ordered memory events of one op (its MemoryDelta list).

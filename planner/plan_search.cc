@@ -246,11 +246,11 @@ class Searcher {
       std::sort(p.checkpoint_layers.begin(), p.checkpoint_layers.end());
       return p;
     };
-    // Each checkpointed block sheds (full - input) bytes, grown by the
-    // allocator's fragmentation: a first guess of how many are needed, which
-    // the simulator then confirms or corrects (usually two evaluations).
-    double excess = e.memory.device_peak_bytes - e.memory.capacity_bytes;
-    double shed = (act.full - act.checkpointed) * (1 + profile_.fragmentation);
+    // Each checkpointed block sheds (full - output) bytes: a first guess of
+    // how many are needed, which the simulator and the allocator replay then
+    // confirm or correct (usually two evaluations).
+    double excess = e.memory.device_peak_bytes * (1 + e.memory.margin_fraction) - e.memory.capacity_bytes;
+    double shed = act.full - act.checkpointed;
     size_t guess = std::min(order.size(), static_cast<size_t>(std::ceil(excess / std::max(shed, 1.0))));
     size_t lo = 0, hi = order.size();  // prefix lo does not fit, prefix hi fits (once checked)
     Estimate best;

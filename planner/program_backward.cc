@@ -31,7 +31,7 @@ void ProgramBuilder::Backward(int mb) {
       MemoryScript memory(tensors_);
       memory.saved_category = MemoryCategory::kRecompute;
       saved = BlockRecompute(shape_, saved, memory);
-      op.alloc_at_start = memory.events;
+      op.alloc_at_start = std::move(memory.events);
       recompute = Add(op);
     }
     // The backward waits for the reduce-scatter two before it, whose shard
@@ -75,7 +75,7 @@ void ProgramBuilder::Backward(int mb) {
       memory.Free(compute_grad_[u]);
       compute_grad_[u] = -1;
     }
-    op.alloc_at_start = memory.events;
+    op.alloc_at_start = std::move(memory.events);
     const int bwd = Add(op);
     previous = bwd;
     if (gathered >= 0) Release(u, mb, bwd, true);
@@ -101,7 +101,7 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
     MemoryScript memory(tensors_);
     memory.Free(compute_grad_[u]);
     compute_grad_[u] = -1;
-    op.alloc_at_start = memory.events;
+    op.alloc_at_start = std::move(memory.events);
     AfterReduction(u, mb, Add(op), last_mb);
     return;
   }
@@ -121,7 +121,7 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
   rs.work.spans_nodes = GroupSpansNodes(G());
   MemoryScript memory(tensors_);
   const int shard = memory.Alloc(MemoryCategory::kGradBuffers, ReduceBytes() * Padded(u) / G());
-  rs.alloc_at_start = memory.events;
+  rs.alloc_at_start = std::move(memory.events);
   const int id = Add(rs);
   reduce_scatters_.push_back(id);
   pending_shards_.push_back({id, u, mb, {reduce_input_[u], shard}, last_mb});
@@ -145,7 +145,7 @@ void ProgramBuilder::AccumulateThrough(int rs_id) {
     if (s.last_mb && R() > 1) op.gradient_scale = 1.0 / R();
     MemoryScript memory(tensors_);
     for (int t : s.temporaries) memory.Free(t);
-    op.alloc_at_start = memory.events;
+    op.alloc_at_start = std::move(memory.events);
     AfterReduction(s.unit, s.mb, Add(op), s.last_mb);
   }
 }

@@ -114,6 +114,10 @@ void ProgramBuilder::MakeUnits() {
   for (int l = 0; l < m.layers; ++l) add(UnitKind::kBlock, l, m.ParamsPerBlock());
   add(UnitKind::kHead, -1, m.HeadParams() + m.FinalNormParams());
   p_.micro_batches = static_cast<int>(plan_.grad_accum);
+  // Per micro-batch and unit: gather, forward, release, gather, recompute,
+  // backward, release, reduction and its accumulation; then the step's end.
+  p_.ops.reserve(static_cast<size_t>(plan_.grad_accum) * (m.layers + 2) * 9 + (m.layers + 2) * 4 + 8);
+  tensors_.Reserve(static_cast<size_t>(plan_.grad_accum) * (m.layers + 2) * 48);  // a block makes ~45
   shape_ = ShapeOf(m, plan_.micro_batch, plan_.seq_len, DTypeBytes(plan_.param_dtype), plan_.loss_chunk_tokens,
                    profile_.device_kind == "cpu");
   const int n = NumUnits();

@@ -80,7 +80,7 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
   }
   MemoryScript memory(tensors_);
   gathered_[u] = memory.Alloc(MemoryCategory::kGatheredParams, bytes);
-  op.alloc_at_start = memory.events;
+  op.alloc_at_start = std::move(memory.events);
   if (params_offloaded) op.free_at_end.push_back({MemoryCategory::kOffloadStaging, -bytes / G()});
   const int id = Add(op);
   gathers_.push_back(id);
@@ -98,7 +98,7 @@ int ProgramBuilder::Release(int u, int mb, int after, bool backward) {
   MemoryScript memory(tensors_);
   memory.Free(gathered_[u]);
   gathered_[u] = -1;
-  op.alloc_at_start = memory.events;
+  op.alloc_at_start = std::move(memory.events);
   const int id = Add(op);
   releases_.push_back(id);
   last_release_of_unit_[u] = id;
@@ -139,7 +139,7 @@ void ProgramBuilder::Forward(int mb) {
       case UnitKind::kBlock: saved_[{u, mb}] = BlockForward(shape_, /*keep_graph=*/!Recomputed(u), memory); break;
       case UnitKind::kHead: saved_[{u, mb}] = HeadForward(shape_, OutputMatrixParams(), memory); break;
     }
-    op.alloc_at_start = memory.events;
+    op.alloc_at_start = std::move(memory.events);
     last_forward_[u] = Add(op);
     if (U(u).kind == UnitKind::kHead) last_loss_ = last_forward_[u];
     if (GathersParams() && !KeepsParamsThroughBackward(u)) Release(u, mb, last_forward_[u], false);

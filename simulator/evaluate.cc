@@ -9,8 +9,23 @@ double HostCapacityPerGpu(const Plan& plan, const HardwareProfile& profile) {
   return profile.host_memory_bytes;
 }
 
+ReservedMemory ReplayAllocatorIfItCanFit(const Plan& plan, const HardwareProfile& profile, const StepProgram& program,
+                                         const MemoryTimeline& memory) {
+  if (profile.device_kind != "cuda") return {};
+  // Reserved is at least allocated: a plan whose allocated bytes alone do not
+  // fit needs no replay to be refused (most of a search's hopeless plans).
+  const double at_least = memory.peak + program.persistent.cuda_context + program.persistent.collective_buffers;
+  if (at_least * (1 + profile.memory_margin_fraction) > profile.memory_bytes * profile.usable_fraction) return {};
+  return ReplayAllocator(plan, program, AllocatorCapacity(profile, program));
+}
+
+double AllocatorCapacity(const HardwareProfile& profile, const StepProgram& program) {
+  return std::max(0.0, profile.memory_bytes - program.persistent.cuda_context - program.persistent.collective_buffers);
+}
+
 Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile, const StepProgram& program,
-                                const SimulationResult& sim, const MemoryTimeline& memory) {
+                                const SimulationResult& sim, const MemoryTimeline& memory,
+                                const ReservedMemory& reserved) {
   Estimate e;
   e.plan = plan;
   const PersistentMemory& pm = program.persistent;
@@ -28,12 +43,16 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
   double allocated = 0;
   for (const auto& [name, bytes] : b) allocated += bytes;
   m.peak_allocated_bytes = allocated;
-  m.peak_reserved_bytes = allocated * (1 + profile.fragmentation);
-  b.emplace_back("fragmentation", m.peak_reserved_bytes - allocated);
+  // Reserved: the caching allocator's segments at their most (the allocator
+  // replay); a CPU has no cache.
+  const bool cuda = profile.device_kind == "cuda";
+  m.peak_reserved_bytes = cuda ? std::max(reserved.peak_reserved, allocated) : allocated;
+  b.emplace_back("allocator_cache", m.peak_reserved_bytes - allocated);
   b.emplace_back("cuda_context", pm.cuda_context);
   b.emplace_back("collective_buffers", pm.collective_buffers);
   m.device_peak_bytes = m.peak_reserved_bytes + pm.cuda_context + pm.collective_buffers;
   m.capacity_bytes = profile.memory_bytes * profile.usable_fraction;
+  m.margin_fraction = profile.memory_margin_fraction;
   m.host_breakdown = {{"master_params", program.host.master_params},
                       {"optimizer_state", program.host.optimizer_state},
                       {"grad_staging", program.host.grad_staging},
@@ -42,12 +61,25 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
   m.host_capacity_bytes = HostCapacityPerGpu(plan, profile);
 
   e.fits = true;
-  if (m.device_peak_bytes > m.capacity_bytes) {
+  // The plan must fit with calibration's measured error to spare.
+  const double needed = m.device_peak_bytes * (1 + m.margin_fraction);
+  if (needed > m.capacity_bytes) {
     e.fits = false;
     auto largest = *std::max_element(b.begin(), b.end(), [](auto& x, auto& y) { return x.second < y.second; });
-    e.why_not = "device memory " + FormatBytes(m.device_peak_bytes) + " exceeds " + FormatBytes(m.capacity_bytes) +
-                " by " + FormatBytes(m.device_peak_bytes - m.capacity_bytes) + " (largest term: " + largest.first +
-                " " + FormatBytes(largest.second) + ")";
+    e.why_not = "device memory " + FormatBytes(m.device_peak_bytes) +
+                (m.margin_fraction > 0 ? " (+" + std::to_string(static_cast<int>(100 * m.margin_fraction + 0.5)) +
+                                             "% calibrated margin)"
+                                       : "") +
+                " exceeds " + FormatBytes(m.capacity_bytes) + " by " + FormatBytes(needed - m.capacity_bytes) +
+                " (largest term: " + largest.first + " " + FormatBytes(largest.second) + ")";
+  } else if (cuda && (reserved.retries > 0 || reserved.out_of_memory)) {
+    // Near the edge the allocator frees its whole cache and retries: a
+    // device-wide synchronisation each time, or out of memory.
+    e.fits = false;
+    e.why_not = reserved.out_of_memory
+                    ? "the caching allocator runs out of memory even after freeing its cache"
+                    : "the caching allocator would free its cache and retry " + std::to_string(reserved.retries) +
+                          " time(s) per step (a device-wide stall each)";
   } else if (m.host_bytes > m.host_capacity_bytes) {
     e.fits = false;
     e.why_not = "host memory " + FormatBytes(m.host_bytes) + " per GPU exceeds " + FormatBytes(m.host_capacity_bytes) +
@@ -100,7 +132,8 @@ Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile
   options.record_timeline = record_timeline;
   ev.simulation = Simulate(ev.program, cost, options);
   ev.memory = ReplayMemory(ev.program);
-  ev.estimate = EstimateFromSimulation(plan, profile, ev.program, ev.simulation, ev.memory);
+  ev.reserved = ReplayAllocatorIfItCanFit(plan, profile, ev.program, ev.memory);
+  ev.estimate = EstimateFromSimulation(plan, profile, ev.program, ev.simulation, ev.memory, ev.reserved);
   return ev;
 }
 
@@ -108,7 +141,9 @@ Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile) {
   StepProgram program = BuildStepProgram(plan, profile);
   CostModel cost(profile);
   SimulationResult sim = Simulate(program, cost);
-  return EstimateFromSimulation(plan, profile, program, sim, ReplayMemory(program));
+  const MemoryTimeline memory = ReplayMemory(program);
+  const ReservedMemory reserved = ReplayAllocatorIfItCanFit(plan, profile, program, memory);
+  return EstimateFromSimulation(plan, profile, program, sim, memory, reserved);
 }
 
 }  // namespace llmplan

@@ -7,6 +7,7 @@
 #include "planner/estimate.h"
 #include "planner/memory_timeline.h"
 #include "planner/step_program.h"
+#include "simulator/reserved_memory.h"
 #include "simulator/simulator.h"
 
 namespace llmplan {
@@ -14,7 +15,8 @@ namespace llmplan {
 struct Evaluation {
   StepProgram program;
   SimulationResult simulation;  // time
-  MemoryTimeline memory;        // memory, in issue order (what the allocator sees)
+  MemoryTimeline memory;        // allocated memory, in issue order (what the allocator sees)
+  ReservedMemory reserved;      // what the allocator holds (CUDA devices; empty on a CPU)
   Estimate estimate;
 };
 
@@ -26,9 +28,22 @@ Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile);
 // shared by the job's GPUs on the node, else the profile's per-GPU figure.
 double HostCapacityPerGpu(const Plan& plan, const HardwareProfile& profile);
 
+// The allocator replay (simulator/reserved_memory.h) on a CUDA device, when
+// the plan's allocated bytes alone leave it a chance to fit; empty otherwise
+// (the Estimate then reports reserved = allocated, a lower bound).
+ReservedMemory ReplayAllocatorIfItCanFit(const Plan& plan, const HardwareProfile& profile, const StepProgram& program,
+                                         const MemoryTimeline& memory);
+
+// Bytes the CUDA caching allocator may take on one GPU: the device's memory
+// less the CUDA context and the communicators' buffers, which live outside it.
+double AllocatorCapacity(const HardwareProfile& profile, const StepProgram& program);
+
 // The Estimate of an already simulated program (used by EvaluatePlan):
-// time from the simulation, memory from the issue-order replay.
+// time from the simulation, allocated memory from the issue-order replay,
+// reserved memory from the allocator replay (CUDA; on a CPU reserved =
+// allocated).
 Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile, const StepProgram& program,
-                                const SimulationResult& sim, const MemoryTimeline& memory);
+                                const SimulationResult& sim, const MemoryTimeline& memory,
+                                const ReservedMemory& reserved);
 
 }  // namespace llmplan

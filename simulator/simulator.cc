@@ -47,18 +47,33 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
   size_t finished = 0;
 
   // The host (rule 1 and 4 of step_program.h): it issues ops in list order,
-  // IssueSeconds each, and stops after an op that HostBlocks until that op ends.
+  // IssueSeconds each, and stops after an op that HostBlocks until that op
+  // ends. It also stops when the device's launch queue is full: at most
+  // launch_queue_depth kernels issued and not yet finished (CUDA blocks the
+  // launching thread then), which is what keeps a real host only a few tens
+  // of milliseconds ahead of the GPU.
   constexpr double kInfinity = std::numeric_limits<double>::infinity();
   std::vector<double> issued_at(n, kInfinity);
+  std::vector<int> queued(n, 0);  // kernels each op puts in the device's queue
+  for (size_t i = 0; i < n; ++i)
+    if (ops[i].stream != StreamKind::kCpu && ops[i].kind != OpKind::kRelease)
+      queued[i] = std::max(1, ops[i].work.launches);
+  const int queue_depth = cost.profile().launch_queue_depth;
+  int in_queue = 0;
   size_t next_issue = 0;
   double host_time = 0;
   int host_blocked_by = -1;
-  auto host_can_issue = [&] { return next_issue < n && host_blocked_by < 0; };
+  auto queue_full = [&] {
+    return !cpu_device && next_issue < n && in_queue > 0 && in_queue + queued[next_issue] > queue_depth;
+  };
+  auto host_can_issue = [&] { return next_issue < n && host_blocked_by < 0 && !queue_full(); };
   auto issue = [&] {
     while (host_can_issue() && host_time <= now) {
       const StepOp& op = ops[next_issue++];
       issued_at[op.id] = host_time;
+      r.ops[op.id].issued = host_time;
       host_time += issue_seconds[op.id];
+      in_queue += queued[op.id];
       if (HostBlocks(op, cpu_device)) host_blocked_by = op.id;
     }
   };
@@ -89,10 +104,10 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
     done[id] = 1;
     ++finished;
     s.running = -1;
-    if (id == host_blocked_by) {
-      host_blocked_by = -1;
-      host_time = std::max(host_time, now);
-    }
+    const bool host_waited = id == host_blocked_by || queue_full();
+    in_queue -= queued[id];
+    if (id == host_blocked_by) host_blocked_by = -1;
+    if (host_waited) host_time = std::max(host_time, now);  // it resumes issuing now
   };
 
   // Exposed communication: integrate time where some communication runs and

@@ -24,6 +24,7 @@ namespace llmplan {
 struct OpTiming {
   double start = 0;
   double end = 0;
+  double issued = 0;  // when the host issued it (rule 1 and 4 of step_program.h)
 };
 
 struct MemorySample {

@@ -294,20 +294,27 @@ TEST(PlanSearchTest, MicroBatchOneOverTheGradAccumLimitIsSkippedNotFatal) {
   EXPECT_EQ(s.result.best.plan.grad_accum, 32771);
 }
 
-TEST(PlanSearchTest, ChosenCheckpointSetIsMinimal) {
-  // The search checkpoints as few blocks as fit: dropping any one of the
-  // chosen blocks must overflow (fewer recomputed blocks would be faster).
-  for (auto req : {Request("llama3-70b", "h100-sxm-80g", 8, 4096, 64), Request("qwen2.5-14b", "h100-sxm-80g", 8, 8192, 64)}) {
+TEST(PlanSearchTest, ChosenCheckpointSetIsTheShortestFittingPrefix) {
+  // The search ranks blocks once by how much checkpointing each lowers the
+  // activation peak per second of recompute (CheckpointOrder), then takes the
+  // shortest prefix of that order that fits: one block fewer must overflow.
+  for (auto req : {Request("llama3-70b", "h100-sxm-80g", 16, 4096, 64), Request("qwen2.5-14b", "h100-sxm-80g", 8, 8192, 64)}) {
     Searched s = Search(req);
     ASSERT_TRUE(s.result.found) << s.result.why_none;
     const Plan& best = s.result.best.plan;
     ASSERT_FALSE(best.checkpoint_layers.empty()) << req.model.name << ": the case should need checkpointing";
-    for (size_t i = 0; i < best.checkpoint_layers.size(); ++i) {
-      Plan fewer = best;
-      fewer.checkpoint_layers.erase(fewer.checkpoint_layers.begin() + static_cast<long>(i));
-      EXPECT_FALSE(EvaluatePlan(fewer, s.profile).fits)
-          << req.model.name << ": still fits without block " << best.checkpoint_layers[i];
-    }
+    const BlockActivationBytes act = BlockActivations(best, s.profile);
+    const std::vector<LayerCheckpointCost> layers(best.model.layers, {act.full, act.checkpointed, 1.0});
+    const std::vector<int> order = CheckpointOrder(layers, act.head, act.working, 0.0);
+    const size_t k = best.checkpoint_layers.size();
+    ASSERT_LE(k, order.size());
+    std::vector<int> prefix(order.begin(), order.begin() + static_cast<long>(k));
+    std::sort(prefix.begin(), prefix.end());
+    EXPECT_EQ(best.checkpoint_layers, prefix) << req.model.name;
+    Plan fewer = best;
+    fewer.checkpoint_layers.assign(order.begin(), order.begin() + static_cast<long>(k - 1));
+    std::sort(fewer.checkpoint_layers.begin(), fewer.checkpoint_layers.end());
+    EXPECT_FALSE(EvaluatePlan(fewer, s.profile).fits) << req.model.name << ": " << k - 1 << " blocks fit too";
   }
 }
 

@@ -57,9 +57,13 @@ void PrintEstimate(std::ostream& out, const Estimate& e, const HardwareProfile& 
   for (const auto& [name, bytes] : m.breakdown)
     if (bytes > 0) out << Row(name, FormatBytes(bytes));
   out << Row("= allocated", FormatBytes(m.peak_allocated_bytes));
-  out << Row("= reserved", FormatBytes(m.peak_reserved_bytes) + " (fragmentation " + Percent(profile.fragmentation) + ")");
+  out << Row("= reserved", FormatBytes(m.peak_reserved_bytes) + " (the caching allocator, replayed)");
+  const double needed = m.device_peak_bytes * (1 + m.margin_fraction);
+  std::string verdict = needed <= m.capacity_bytes ? "  [fits, " + FormatBytes(m.capacity_bytes - needed) + " to spare"
+                                                   : "  [DOES NOT FIT";
+  if (m.margin_fraction > 0) verdict += " after a " + Percent(m.margin_fraction) + " calibrated margin";
   out << Row("= device total", FormatBytes(m.device_peak_bytes) + " of " + FormatBytes(m.capacity_bytes) + " usable" +
-                                   (m.device_peak_bytes <= m.capacity_bytes ? "  [fits]" : "  [DOES NOT FIT]"));
+                                   verdict + "]");
   if (m.host_bytes > 0) {
     for (const auto& [name, bytes] : m.host_breakdown)
       if (bytes > 0) out << Row("host " + name, FormatBytes(bytes));
