@@ -19,5 +19,6 @@ void AddCompareCommand(CLI::App& app);   // llmplan compare
 void AddRunCommand(CLI::App& app);      // llmplan run
 void AddDataCommand(CLI::App& app);     // llmplan data prepare, llmplan data inspect
 void AddProfileCommand(CLI::App& app);  // llmplan profile
+void AddDoctorCommand(CLI::App& app);   // llmplan doctor
 
 }  // namespace llmplan::cli
