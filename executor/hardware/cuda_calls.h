@@ -31,7 +31,7 @@ inline void Check(ncclResult_t status, const std::string& what, const char* call
 // caching allocator, so a measurement's buffers never linger in its cache).
 class DeviceBuffer {
  public:
-  DeviceBuffer(int device, size_t bytes) : device_(device), bytes_(bytes) {
+  DeviceBuffer(int device, size_t bytes) : device_(device) {
     Check(cudaSetDevice(device), "device buffer", "cudaSetDevice");
     Check(cudaMalloc(&ptr_, bytes), "device buffer of " + std::to_string(bytes) + " bytes", "cudaMalloc");
   }
@@ -46,18 +46,16 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   void* get() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
 
  private:
   int device_;
-  size_t bytes_;
   void* ptr_ = nullptr;
 };
 
 // Page-locked host memory: a copy from or to it is one DMA at the link's speed.
 class PinnedBuffer {
  public:
-  explicit PinnedBuffer(size_t bytes) : bytes_(bytes) {
+  explicit PinnedBuffer(size_t bytes) {
     Check(cudaHostAlloc(&ptr_, bytes, cudaHostAllocPortable), "pinned host buffer of " + std::to_string(bytes) + " bytes",
           "cudaHostAlloc");
   }
@@ -69,14 +67,13 @@ class PinnedBuffer {
   void* get() const { return ptr_; }
 
  private:
-  size_t bytes_;
   void* ptr_ = nullptr;
 };
 
 // A non-blocking stream on `device`: it never waits on the legacy default stream.
 class Stream {
  public:
-  explicit Stream(int device) : device_(device) {
+  explicit Stream(int device) {
     Check(cudaSetDevice(device), "stream", "cudaSetDevice");
     Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream", "cudaStreamCreateWithFlags");
   }
@@ -86,11 +83,9 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   cudaStream_t get() const { return stream_; }
-  int device() const { return device_; }
   void Synchronize(const std::string& what) const { Check(cudaStreamSynchronize(stream_), what, "cudaStreamSynchronize"); }
 
  private:
-  int device_;
   cudaStream_t stream_ = nullptr;
 };
 

@@ -23,10 +23,6 @@ std::string ProfileProgress::Duration(double seconds) {
   return text;
 }
 
-double ProfileProgress::Elapsed() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-}
-
 double ProfileProgress::SecondsLeft(double fraction_of_current) const {
   // Until a stage has ended, the estimates stand as they are.
   const double scale = estimated_done_ > 0 ? actual_done_ / estimated_done_ : 1.0;
@@ -61,10 +57,6 @@ void ProfileProgress::End(const std::string& note) {
   if (bar_drawn_) out_ << "\r" << std::string(70, ' ') << "\r";
   out_ << "  done in " << Duration(took) << (note.empty() ? "" : ": " + note) << "\n" << std::flush;
   bar_drawn_ = false;
-}
-
-void ProfileProgress::Finish(const std::string& summary) {
-  out_ << "llmplan profile: " << summary << " (" << Duration(Elapsed()) << ")\n" << std::flush;
 }
 
 }  // namespace llmplan::executor

@@ -32,21 +32,17 @@ class ProfileProgress {
   void Items(int done, int total);
   // Ends the current stage: `note` ("795 TFLOP/s at 8192^3") goes after its time.
   void End(const std::string& note = "");
-  // Ends the whole run: one line with the total time.
-  void Finish(const std::string& summary);
 
   // "2 min 05 s", "14 s", "0.4 s".
   static std::string Duration(double seconds);
 
  private:
-  double Elapsed() const;
   double SecondsLeft(double fraction_of_current) const;
 
   std::ostream& out_;
   const bool terminal_;
   const std::vector<Stage> stages_;
-  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point stage_start_ = start_;
+  std::chrono::steady_clock::time_point stage_start_;
   size_t current_ = 0;
   double estimated_done_ = 0;  // estimates of the stages already ended
   double actual_done_ = 0;     // their measured seconds

@@ -245,7 +245,6 @@ TEST(ProfileProgressTest, OneLinePerStageWithTimeLeftAndABarOnlyOnATerminal) {
     p.End("fast");
     p.Begin(1);
     p.End();
-    p.Finish("done");
   }
   const std::string text = plain.str();
   EXPECT_NE(text.find("[1/2] GEMMs  (about 15 s left)"), std::string::npos) << text;
