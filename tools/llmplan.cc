@@ -1,6 +1,6 @@
 // llmplan: plan, simulate and run multi-GPU LLM training.
 // This binary holds the planner commands and never loads LibTorch, so it
-// starts in milliseconds; the executor commands (run, data) are
+// starts in milliseconds; the executor commands (run, data, profile, doctor) are
 // llmplan-executor's, which this process becomes (tools/cli/executor_commands.h).
 // Exit status: 0 success, 1 a run that failed, 2 bad input (one-line message).
 #include <iostream>

@@ -1,5 +1,5 @@
 // llmplan-executor: the executor's subcommands (LibTorch). Users reach it as
-// `llmplan run ...` and `llmplan data ...`: llmplan execs this binary with the
+// `llmplan run|data|profile|doctor ...`: llmplan execs this binary with the
 // same arguments. It can also be run directly, and it is what the launcher
 // starts for every rank (it re-runs its own binary: executor/launcher).
 // Exit status: 0 success, 1 a run that failed, 2 bad input (one-line message).
@@ -16,5 +16,7 @@ int main(int argc, char** argv) {
   // One line per subcommand; each is also a row of kExecutorCommands.
   AddRunCommand(app);
   AddDataCommand(app);
+  AddProfileCommand(app);
+  AddDoctorCommand(app);
   return RunCommandLine(app, argc, argv);
 }

@@ -16,7 +16,9 @@ void AddCompareCommand(CLI::App& app);   // llmplan compare
 
 // llmplan-executor (LibTorch); their names and summaries are rows of
 // kExecutorCommands (executor_commands.h).
-void AddRunCommand(CLI::App& app);   // llmplan run
-void AddDataCommand(CLI::App& app);  // llmplan data prepare, llmplan data inspect
+void AddRunCommand(CLI::App& app);      // llmplan run
+void AddDataCommand(CLI::App& app);     // llmplan data prepare, llmplan data inspect
+void AddProfileCommand(CLI::App& app);  // llmplan profile
+void AddDoctorCommand(CLI::App& app);   // llmplan doctor
 
 }  // namespace llmplan::cli

@@ -1,0 +1,43 @@
+// The parts of cuda_machine.h that need no CUDA: version strings, the
+// driver's release, the NVLink multicast switches.
+#include "executor/hardware/cuda_machine.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace llmplan::executor {
+
+std::string CudaVersionString(int version) {
+  if (version <= 0) return "";
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+std::string NcclVersionString(int code) {
+  if (code <= 0) return "";
+  if (code >= 20900) return std::to_string(code / 10000) + "." + std::to_string(code % 10000 / 100) + "." +
+                            std::to_string(code % 100);
+  return std::to_string(code / 1000) + "." + std::to_string(code % 1000 / 100) + "." + std::to_string(code % 100);
+}
+
+std::string NvidiaDriverRelease() {
+  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..."
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  std::istringstream words(line);
+  std::string word, previous;
+  while (words >> word) {
+    if (previous == "Module") return word;
+    previous = word;
+  }
+  return "";
+}
+
+void KeepNvlinkMulticastOff() {
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 0);
+  setenv("NVSHMEM_DISABLE_NVLS", "1", 0);
+}
+
+}  // namespace llmplan::executor

@@ -1,0 +1,377 @@
+// AssembleProfile (see profile_assembly.h).
+#include "executor/profile/profile_assembly.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "executor/profile/gemm_fit.h"
+#include "planner/estimate.h"  // FormatBytes
+
+namespace llmplan::executor {
+
+namespace {
+
+std::string Percent(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f%%", 100 * fraction);
+  return text;
+}
+
+std::string Micros(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f us", seconds * 1e6);
+  return text;
+}
+
+nlohmann::json PointsJson(const std::vector<std::pair<double, double>>& points, double traffic_factor) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [bytes, seconds] : points) rows.push_back({bytes, seconds, bytes * traffic_factor / seconds});
+  return rows;
+}
+
+CollectiveCurve Curve(const std::vector<std::pair<double, double>>& points, int group_size, double hop_latency_s) {
+  CollectiveCurve c;
+  c.measured_group_size = group_size;
+  c.hop_latency_s = hop_latency_s;
+  c.points = points;
+  std::sort(c.points.begin(), c.points.end());
+  return c;
+}
+
+struct GemmResult {
+  GemmEfficiencyFit fit;
+  double peak = 0;
+  std::string note;
+};
+
+// Fits the GEMM rows against the peak MFU is quoted against: the base's
+// datasheet peak on CUDA; on the CPU the threads' estimated bf16 peak, raised
+// to the fit's asymptote when that is higher (the estimate is then wrong, not
+// the rates: turbo clocks, wider units than the flags tell).
+GemmResult FitGemms(const ProfileMeasurements& m, const HardwareProfile& base, bool cuda) {
+  GemmResult r;
+  std::vector<GemmSample> samples;
+  for (const GemmMeasurement& g : m.gemms)
+    if (g.shape.in_fit) samples.push_back({g.shape.MinDim(), g.FlopsPerSecond()});
+  r.peak = cuda || m.machine.cpu_peak_flops <= 0 ? base.bf16_peak_flops : m.machine.cpu_peak_flops;
+  r.fit = FitGemmEfficiency(samples, r.peak);
+  if (r.fit.max_efficiency > 1 && !cuda) {
+    r.note = "; the fit's asymptote exceeded the estimated peak " + FormatRate(r.peak, "FLOP/s") +
+             ", so the peak is the asymptote";
+    r.peak *= r.fit.max_efficiency;
+    r.fit = FitGemmEfficiency(samples, r.peak);
+  } else if (r.fit.max_efficiency > 1) {
+    r.note = "; the fit's max_efficiency " + std::to_string(r.fit.max_efficiency).substr(0, 5) +
+             " exceeds 1 against the datasheet peak and is held at 1";
+  }
+  return r;
+}
+
+nlohmann::json MachineJson(const ProfiledMachine& machine) {
+  nlohmann::json j = {{"device_kind", machine.device_kind},
+                      {"device_name", machine.device_name},
+                      {"gpus", machine.gpus},
+                      {"driver", machine.driver},
+                      {"cuda_runtime", machine.cuda_runtime},
+                      {"nccl", machine.nccl},
+                      {"libtorch", machine.torch},
+                      {"llmplan", machine.llmplan},
+                      {"host", machine.host},
+                      {"host_cores", machine.host_cores},
+                      {"host_memory_bytes", machine.host_memory_bytes},
+                      {"date_utc", machine.date_utc}};
+  if (machine.device_kind == "cpu") {
+    j["cpu_peak_flops_estimate"] = machine.cpu_peak_flops;
+    j["cpu_peak_how"] = machine.cpu_peak_how;
+  }
+  return j;
+}
+
+nlohmann::json GemmTable(const std::vector<GemmMeasurement>& gemms) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const GemmMeasurement& g : gemms) {
+    rows.push_back({{"what", g.shape.what},
+                    {"tokens", g.shape.tokens},
+                    {"in", g.shape.in},
+                    {"out", g.shape.out},
+                    {"min_dim", g.shape.MinDim()},
+                    {"dtype", g.dtype},
+                    {"in_fit", g.shape.in_fit},
+                    {"seconds", g.seconds},
+                    {"flops_per_s", g.FlopsPerSecond()}});
+  }
+  return rows;
+}
+
+}  // namespace
+
+AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwareProfile& base, const std::string& name) {
+  const bool cuda = m.machine.device_kind == "cuda";
+  AssembledProfile out;
+  HardwareProfile& p = out.profile;
+  p = base;
+  p.name = name;
+  p.device_kind = cuda ? "cuda" : "cpu";
+  std::vector<std::string>& kept = out.from_base;
+  nlohmann::json& j = out.measurements;
+  j["machine"] = MachineJson(m.machine);
+  j["mode"] = m.quick ? "quick" : "full";
+  j["wall_seconds"] = m.wall_seconds;
+
+  // --- GEMMs ---
+  const GemmResult gemm = FitGemms(m, base, cuda);
+  p.bf16_peak_flops = gemm.peak;
+  if (cuda) kept.push_back("compute.bf16_peak_flops");
+  p.gemm_max_efficiency = std::clamp(gemm.fit.max_efficiency, 0.01, 1.0);
+  p.gemm_half_efficiency_dim = std::clamp(gemm.fit.half_efficiency_dim, 0.0, 1e6);
+  const std::string gemm_dtype = m.gemms.empty() ? "" : m.gemms.front().dtype;
+  j["gemm"] = {{"call", "at::linear(x[tokens, in], W[out, in])"},
+               {"dtype", gemm_dtype},
+               {"fit",
+                {{"model", "1/rate = a + b/d, d = min(tokens, in, out); max_efficiency = 1/(a*peak), "
+                           "half_efficiency_dim = b/a"},
+                 {"peak_flops", gemm.peak},
+                 {"max_efficiency", gemm.fit.max_efficiency},
+                 {"half_efficiency_dim", gemm.fit.half_efficiency_dim},
+                 {"rms_relative_error", gemm.fit.rms_relative_error}}},
+               {"table", GemmTable(m.gemms)}};
+  if (!m.cpu_fp32_gemms.empty()) j["gemm"]["cpu_fp32_table"] = GemmTable(m.cpu_fp32_gemms);
+
+  // --- attention: total FLOPs over total seconds across the sequence lengths ---
+  double fwd_flops = 0, fwd_s = 0, bwd_flops = 0, bwd_s = 0;
+  nlohmann::json attention_rows = nlohmann::json::array();
+  for (const AttentionMeasurement& a : m.attention) {
+    const double backward_s = std::max(a.forward_backward_s - a.forward_s, 1e-12);
+    fwd_flops += a.shape.ForwardFlops();
+    fwd_s += a.forward_s;
+    bwd_flops += a.shape.BackwardFlops();
+    bwd_s += backward_s;
+    attention_rows.push_back({{"batch", a.shape.batch},
+                              {"heads", a.shape.heads},
+                              {"kv_heads", a.shape.kv_heads},
+                              {"seq", a.shape.seq},
+                              {"head_dim", a.shape.head_dim},
+                              {"dtype", a.dtype},
+                              {"backend", a.backend},
+                              {"forward_s", a.forward_s},
+                              {"forward_backward_s", a.forward_backward_s},
+                              {"forward_flops_per_s", a.shape.ForwardFlops() / a.forward_s},
+                              {"backward_flops_per_s", a.shape.BackwardFlops() / backward_s}});
+  }
+  p.attention_forward_flops_per_s = fwd_flops / fwd_s;
+  p.attention_backward_flops_per_s = bwd_flops / bwd_s;
+  const std::string backend = m.attention.empty() ? "" : m.attention.front().backend;
+  j["attention"] = {{"call", cuda ? "at::scaled_dot_product_attention(is_causal, enable_gqa) forward; backward by "
+                                    "torch::autograd::grad"
+                                  : "the CPU executor's attention (compat::CausalAttention) forward and backward"},
+                    {"flops", "forward 2*b*s^2*heads*head_dim (causal half), backward 2.5x forward; backward seconds = "
+                              "forward+backward - forward"},
+                    {"table", attention_rows}};
+
+  // --- memory-bound kernels ---
+  p.memory_bandwidth_bytes_per_s = m.copy.BytesPerSecond();
+  p.elementwise_efficiency = std::clamp(m.add.BytesPerSecond() / m.copy.BytesPerSecond(), 0.01, 1.0);
+  j["memory_bandwidth"] = {
+      {"copy", {{"what", m.copy.what}, {"bytes", m.copy.bytes}, {"seconds", m.copy.seconds}, {"bytes_per_s", m.copy.BytesPerSecond()}}},
+      {"add", {{"what", m.add.what}, {"bytes", m.add.bytes}, {"seconds", m.add.seconds}, {"bytes_per_s", m.add.BytesPerSecond()}}}};
+
+  // --- kernel launch ---
+  p.kernel_launch_s = m.launch.host_s;
+  p.kernel_overhead_s = m.launch.device_s;
+  j["kernel_launch"] = {{"op", "x.add_(1) on a one-element tensor"},
+                        {"kernels", m.launch.kernels},
+                        {"host_s_per_kernel", m.launch.host_s},
+                        {"device_s_per_kernel", m.launch.device_s}};
+
+  // --- host <-> device copies ---
+  if (m.host_copies) {
+    const HostCopyMeasurement& c = *m.host_copies;
+    p.host_to_device_bytes_per_s = c.bytes / c.host_to_device_s;
+    p.device_to_host_bytes_per_s = c.bytes / c.device_to_host_s;
+    const double both = c.bytes / c.both_host_to_device_s + c.bytes / c.both_device_to_host_s;
+    // Full duplex: both directions at once move ~2x one direction; one
+    // shared link: ~1x.
+    p.copies_share_link = both < 1.5 * std::max(p.host_to_device_bytes_per_s, p.device_to_host_bytes_per_s);
+    j["host_copies"] = {{"bytes", c.bytes},
+                        {"host_to_device_bytes_per_s", p.host_to_device_bytes_per_s},
+                        {"device_to_host_bytes_per_s", p.device_to_host_bytes_per_s},
+                        {"both_at_once",
+                         {{"host_to_device_bytes_per_s", c.bytes / c.both_host_to_device_s},
+                          {"device_to_host_bytes_per_s", c.bytes / c.both_device_to_host_s}}},
+                        {"copies_share_link", p.copies_share_link}};
+  } else {
+    kept.insert(kept.end(), {"host.host_to_device_bytes_per_s", "host.device_to_host_bytes_per_s", "host.copies_share_link"});
+  }
+
+  // --- collectives ---
+  nlohmann::json curves = nlohmann::json::array();
+  for (const CollectiveMeasurement& c : m.collectives) {
+    const double f = static_cast<double>(c.group_size - 1) / c.group_size;
+    curves.push_back({{"group_size", c.group_size},
+                      {"dtype", "bf16"},
+                      {"columns", "[full buffer bytes, seconds, bus bandwidth bytes/s]"},
+                      {"all_gather", PointsJson(c.all_gather, f)},
+                      {"reduce_scatter", PointsJson(c.reduce_scatter, f)},
+                      {"all_reduce", PointsJson(c.all_reduce, 2 * f)},
+                      {"communicator_bytes", c.communicator_bytes}});
+  }
+  if (!m.collectives.empty()) {
+    const CollectiveMeasurement& c = m.collectives.front();
+    const double hop = base.intra_node.all_gather.hop_latency_s;
+    p.intra_node.all_gather = Curve(c.all_gather, c.group_size, hop);
+    p.intra_node.reduce_scatter = Curve(c.reduce_scatter, c.group_size, hop);
+    p.intra_node.all_reduce = Curve(c.all_reduce, c.group_size, hop);
+    kept.push_back("collectives.intra_node.hop_latency_s");
+    j["collectives"] = curves;
+  } else {
+    kept.push_back("collectives.intra_node");
+  }
+  kept.push_back("collectives.inter_node");
+
+  // --- CPU AdamW ---
+  const CpuAdamWMeasurement& adam = m.cpu_adamw;
+  const double alone = static_cast<double>(adam.params) / adam.seconds;
+  const double concurrent =
+      adam.workers > 1 ? static_cast<double>(adam.params_each) / adam.concurrent_seconds : alone;
+  p.cpu_adam_params_per_s = concurrent;
+  j["cpu_adamw"] = {{"call", "CpuAdamW (executor/optimizer/cpu_adamw.h), writing the bf16 copy in the same pass"},
+                    {"params", adam.params},
+                    {"alone", {{"threads", adam.threads}, {"seconds", adam.seconds}, {"params_per_s", alone}}},
+                    {"every_gpu_at_once",
+                     {{"workers", adam.workers},
+                      {"params_each", adam.workers > 1 ? adam.params_each : adam.params},
+                      {"threads_each", std::max(1, adam.threads / std::max(1, adam.workers))},
+                      {"seconds", adam.workers > 1 ? adam.concurrent_seconds : adam.seconds},
+                      {"params_per_s_each", concurrent}}}};
+
+  // --- memory ---
+  if (cuda && m.fixed_memory) {
+    const FixedMemoryMeasurement& f = *m.fixed_memory;
+    p.memory_bytes = f.capacity_bytes;
+    // Everything on the device that the caching allocator does not hold, with
+    // the kernels the GEMMs, attention and elementwise ops loaded: what a
+    // training process has gone without by its first step.
+    p.cuda_context_bytes = std::max(0.0, f.used_after_compute_bytes - f.reserved_after_compute_bytes);
+    p.workspace_bytes = f.workspace_bytes;
+    j["fixed_memory"] = {{"capacity_bytes", f.capacity_bytes},
+                         {"used_after_context_bytes", f.used_after_context_bytes},
+                         {"used_after_compute_bytes", f.used_after_compute_bytes},
+                         {"reserved_after_compute_bytes", f.reserved_after_compute_bytes},
+                         {"cuda_context_bytes", p.cuda_context_bytes},
+                         {"workspace_bytes", f.workspace_bytes}};
+    if (!m.collectives.empty() && m.collectives.front().communicator_bytes > 0) {
+      p.collective_buffer_bytes = m.collectives.front().communicator_bytes;
+      j["fixed_memory"]["collective_buffer_bytes"] = p.collective_buffer_bytes;
+    } else {
+      kept.push_back("memory.collective_buffer_bytes");
+    }
+  } else if (cuda) {
+    kept.insert(kept.end(), {"memory.capacity_bytes", "memory.cuda_context_bytes", "memory.workspace_bytes",
+                             "memory.collective_buffer_bytes"});
+  } else {
+    // The CPU executor's "device" is the host: its memory, no CUDA context,
+    // no cuBLAS workspace, no NCCL buffers.
+    p.memory_bytes = m.machine.host_memory_bytes;
+    p.cuda_context_bytes = p.workspace_bytes = p.collective_buffer_bytes = 0;
+  }
+  p.host_memory_bytes = m.machine.host_memory_bytes / std::max(1, cuda ? m.machine.gpus : 1);
+  kept.insert(kept.end(), {"memory.usable_fraction", "memory.margin_fraction",
+                           "compute.slowdown_during_collectives", "host.step_overhead_s", "compute.launch_queue_depth", "topology.gpus_per_node",
+                           "price_per_gpu_hour"});
+  j["from_base"] = {{"profile", base.name}, {"fields", kept}};
+  if (!m.skipped.empty()) j["skipped"] = m.skipped;
+
+  // --- source: when, where, how ---
+  const ProfiledMachine& machine = m.machine;
+  std::ostringstream s;
+  s << "measured by llmplan profile" << (m.quick ? " --quick" : "") << " (" << machine.llmplan << ") on "
+    << machine.date_utc << " on host " << machine.host << ": ";
+  if (cuda) {
+    s << machine.gpus << " x " << machine.device_name << " (driver " << machine.driver << ", CUDA runtime "
+      << machine.cuda_runtime << ", NCCL " << machine.nccl << ", LibTorch " << machine.torch << ")";
+  } else {
+    s << machine.device_name << " (CPU executor, LibTorch " << machine.torch << ")";
+  }
+  s << ", " << machine.host_cores << " host threads, " << FormatBytes(machine.host_memory_bytes) << " host memory. ";
+  s << "GEMM: " << m.gemms.size() << " at::linear " << gemm_dtype << " shapes, least squares on 1/rate = a + b/d "
+    << "(d the smallest side) against a peak of " << FormatRate(gemm.peak, "FLOP/s")
+    << (cuda ? " (the base's datasheet figure)" : " (" + machine.cpu_peak_how + ")") << " gives max_efficiency "
+    << std::to_string(p.gemm_max_efficiency).substr(0, 5) << ", half_efficiency_dim "
+    << static_cast<long>(std::lround(p.gemm_half_efficiency_dim)) << " (rms error "
+    << Percent(gemm.fit.rms_relative_error) << ")" << gemm.note << ". ";
+  s << "Attention: " << m.attention.size() << " shapes, " << (backend.empty() ? "" : backend + " backend, ")
+    << "total FLOPs over total seconds: forward " << FormatRate(p.attention_forward_flops_per_s, "FLOP/s") << ", backward "
+    << FormatRate(p.attention_backward_flops_per_s, "FLOP/s") << ". ";
+  s << "Memory: " << m.copy.what << " " << FormatRate(p.memory_bandwidth_bytes_per_s, "B/s") << " (read + write); "
+    << m.add.what << " reaches " << Percent(p.elementwise_efficiency) << " of it. ";
+  s << "Kernel launch (" << m.launch.kernels << " tiny ops): " << Micros(p.kernel_launch_s) << " host, "
+    << Micros(p.kernel_overhead_s) << " device each. ";
+  if (m.host_copies) {
+    s << "Pinned copies of " << FormatBytes(m.host_copies->bytes) << ": " << FormatRate(p.host_to_device_bytes_per_s, "B/s")
+      << " to the device, " << FormatRate(p.device_to_host_bytes_per_s, "B/s") << " back"
+      << (p.copies_share_link ? ", sharing one link when both run. " : ", full duplex. ");
+  }
+  if (!m.collectives.empty()) {
+    const CollectiveMeasurement& c = m.collectives.front();
+    s << "Collectives: NCCL (ncclCommInitAll, one group call per size) among " << c.group_size << " GPUs, bf16, "
+      << FormatBytes(c.all_gather.front().first) << " to " << FormatBytes(c.all_gather.back().first)
+      << "; one communicator took " << FormatBytes(c.communicator_bytes) << ". ";
+  }
+  s << "CPU AdamW: " << FormatRate(alone, "params/s") << " alone on " << adam.threads << " threads";
+  if (adam.workers > 1) s << ", " << FormatRate(concurrent, "params/s") << " per GPU with " << adam.workers << " at once (the profile's figure)";
+  s << ". ";
+  if (cuda && m.fixed_memory) {
+    s << "Fixed memory: context and kernels " << FormatBytes(p.cuda_context_bytes)
+      << " (device used minus the caching allocator's reserved, after the compute measurements), cuBLAS workspaces "
+      << FormatBytes(p.workspace_bytes) << " (allocated by the first GEMMs). ";
+  }
+  if (!m.skipped.empty()) {
+    s << "Not measured:";
+    for (const std::string& why : m.skipped) s << " " << why << ";";
+    s << " ";
+  }
+  s << "Kept from base profile " << base.name << ":";
+  for (size_t i = 0; i < kept.size(); ++i) s << (i ? ", " : " ") << kept[i];
+  s << ".";
+  p.source = s.str();
+
+  // Round trip through the loader: an absurd measurement is refused here,
+  // naming the field, rather than written.
+  out.profile = HardwareProfileFromJson(HardwareProfileToJson(p), "measured profile " + name);
+  return out;
+}
+
+nlohmann::json ProfileFileJson(const AssembledProfile& assembled) {
+  nlohmann::json j = HardwareProfileToJson(assembled.profile);
+  j["measurements"] = assembled.measurements;
+  return j;
+}
+
+std::string FormatRate(double value, const char* unit) {
+  static const char* kPrefix[] = {"", "k", "M", "G", "T", "P"};
+  int i = 0;
+  while (i < 5 && value >= 1000) {
+    value /= 1000;
+    ++i;
+  }
+  char text[64];
+  std::snprintf(text, sizeof text, value >= 100 ? "%.0f %s%s" : "%.3g %s%s", value, kPrefix[i], unit);
+  return text;
+}
+
+std::string DefaultBaseProfile(const std::string& device_kind, const std::string& device_name,
+                               const std::vector<std::string>& builtin_names) {
+  if (device_kind == "cpu") return "cpu";
+  std::string lower = device_name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const std::string& profile : builtin_names) {
+    const std::string family = profile.substr(0, profile.find('-'));
+    if (family != "cpu" && !family.empty() && lower.find(family) != std::string::npos) return profile;
+  }
+  return "h200-sxm";
+}
+
+}  // namespace llmplan::executor

@@ -1,0 +1,90 @@
+// The shapes `llmplan profile` measures (see profile_shapes.h), taken from the
+// model presets so they stay the executor's shapes.
+#include "executor/profile/profile_shapes.h"
+
+#include <algorithm>
+
+#include "planner/model_spec.h"
+
+namespace llmplan::executor {
+
+namespace {
+
+// The distinct projections of one block, as llama_model.cc calls at::linear,
+// and the LM head (chunked_cross_entropy.cc: at::mm(h, W^T), the same GEMM).
+void AddModel(const std::string& preset, int64_t tokens, bool head, std::vector<GemmShape>& shapes) {
+  const ModelSpec m = PresetModel(preset);
+  auto add = [&](const std::string& what, int64_t in, int64_t out) {
+    for (const GemmShape& s : shapes)
+      if (s.tokens == tokens && s.in == in && s.out == out) return;  // same GEMM under another name
+    shapes.push_back({preset + " " + what, tokens, in, out, true});
+  };
+  add("q", m.hidden, m.q_dim());
+  add("k/v", m.hidden, m.kv_dim());
+  add("o", m.q_dim(), m.hidden);
+  add("gate/up", m.hidden, m.intermediate);
+  add("down", m.intermediate, m.hidden);
+  if (head) add("lm_head", m.hidden, m.vocab);
+}
+
+void AddSquare(int64_t n, bool in_fit, std::vector<GemmShape>& shapes) {
+  for (const GemmShape& s : shapes)
+    if (s.tokens == n && s.in == n && s.out == n) return;  // a model's projection measures it already
+  shapes.push_back({"square " + std::to_string(n), n, n, n, in_fit});
+}
+
+}  // namespace
+
+double GemmShape::MinDim() const { return static_cast<double>(std::min({tokens, in, out})); }
+
+double AttentionShape::ForwardFlops() const {
+  const double b = static_cast<double>(batch), s = static_cast<double>(seq);
+  return 2.0 * b * s * s * static_cast<double>(heads * head_dim);
+}
+
+std::vector<GemmShape> ProfileGemmShapes(bool cuda, bool quick) {
+  std::vector<GemmShape> shapes;
+  if (cuda) {
+    const std::vector<int64_t> tokens = quick ? std::vector<int64_t>{1024, 4096} : std::vector<int64_t>{1024, 4096, 16384};
+    const std::vector<std::string> models =
+        quick ? std::vector<std::string>{"llama3.2-1b", "llama3-8b"}
+              : std::vector<std::string>{"llama3.2-1b", "llama3.2-3b", "llama3-8b", "qwen2.5-7b"};
+    for (int64_t t : tokens)
+      for (const std::string& model : models) AddModel(model, t, /*head=*/!quick, shapes);
+    AddSquare(4096, /*in_fit=*/false, shapes);
+    AddSquare(8192, /*in_fit=*/false, shapes);
+    return shapes;
+  }
+  const std::vector<int64_t> tokens = quick ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 1024};
+  for (int64_t t : tokens) {
+    AddModel("tiny-llama", t, /*head=*/false, shapes);
+    AddModel("small-llama", t, /*head=*/!quick, shapes);
+  }
+  // CPU plans of larger models reach these sides; the fit needs them to see
+  // where the rate levels off.
+  for (int64_t n : quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 1024}) AddSquare(n, true, shapes);
+  return shapes;
+}
+
+std::vector<GemmShape> CpuFp32GemmShapes(bool quick) {
+  std::vector<GemmShape> shapes;
+  for (int64_t n : quick ? std::vector<int64_t>{256} : std::vector<int64_t>{128, 256, 512}) AddSquare(n, false, shapes);
+  return shapes;
+}
+
+std::vector<AttentionShape> ProfileAttentionShapes(bool cuda, bool quick) {
+  std::vector<AttentionShape> shapes;
+  if (cuda) {
+    const ModelSpec m = PresetModel("llama3-8b");
+    const int64_t tokens = quick ? 8192 : 16384;
+    for (int64_t seq : quick ? std::vector<int64_t>{2048, 4096} : std::vector<int64_t>{1024, 2048, 4096, 8192})
+      shapes.push_back({tokens / seq, m.heads, m.kv_heads, seq, m.head_dim});
+    return shapes;
+  }
+  const ModelSpec m = PresetModel("small-llama");
+  for (int64_t seq : quick ? std::vector<int64_t>{128, 256} : std::vector<int64_t>{128, 256, 512})
+    shapes.push_back({1024 / seq, m.heads, m.kv_heads, seq, m.head_dim});
+  return shapes;
+}
+
+}  // namespace llmplan::executor

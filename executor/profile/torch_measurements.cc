@@ -1,0 +1,154 @@
+// The profile's LibTorch measurements (see torch_measurements.h).
+#include "executor/profile/torch_measurements.h"
+
+#include "executor/torch_compat.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace llmplan::executor {
+
+namespace {
+
+const char* DTypeName(c10::ScalarType dtype) { return dtype == at::kBFloat16 ? "bf16" : dtype == at::kHalf ? "fp16" : "fp32"; }
+
+// Values drawn in fp32 and cast: LibTorch 1.13 cannot draw every dtype on the CPU.
+at::Tensor Random(at::IntArrayRef sizes, c10::ScalarType dtype, const c10::Device& device, double scale = 1.0) {
+  return (at::randn(sizes, at::TensorOptions().dtype(at::kFloat).device(device)) * scale).to(dtype);
+}
+
+double FloatElements(double bytes) { return std::max(1.0, std::floor(bytes / 4)); }
+
+}  // namespace
+
+double MeasureGemmWorkspaceBytes(const c10::Device& device) {
+  if (!device.is_cuda()) return 0;
+  const at::Tensor x = Random({1024, 1024}, at::kBFloat16, device);
+  const at::Tensor w = Random({1024, 1024}, at::kBFloat16, device);
+  const at::Tensor bias = Random({1024}, at::kBFloat16, device);
+  compat::SynchronizeDevice(device);
+  const int64_t before = compat::ReadMemoryStats(device, 0).allocated;
+  const at::Tensor plain = at::linear(x, w);        // mm: cuBLAS
+  const at::Tensor biased = at::linear(x, w, bias);  // addmm with bias: cuBLASLt
+  compat::SynchronizeDevice(device);
+  const int64_t after = compat::ReadMemoryStats(device, 0).allocated;
+  const double outputs = static_cast<double>(plain.nbytes() + biased.nbytes());
+  return std::max(0.0, static_cast<double>(after - before) - outputs);
+}
+
+std::vector<GemmMeasurement> MeasureGemms(const c10::Device& device, c10::ScalarType dtype,
+                                          const std::vector<GemmShape>& shapes, const TimingBudget& budget,
+                                          const ItemProgress& progress) {
+  std::vector<GemmMeasurement> rows;
+  for (const GemmShape& shape : shapes) {
+    // Weights scaled as an initialised layer's, so values stay finite in bf16.
+    const at::Tensor x = Random({shape.tokens, shape.in}, dtype, device);
+    const at::Tensor w = Random({shape.out, shape.in}, dtype, device, 1.0 / std::sqrt(static_cast<double>(shape.in)));
+    GemmMeasurement row;
+    row.shape = shape;
+    row.dtype = DTypeName(dtype);
+    row.seconds = SecondsPerCall(device, [&] { (void)at::linear(x, w); }, budget);
+    rows.push_back(row);
+    if (progress) progress(static_cast<int>(rows.size()), static_cast<int>(shapes.size()));
+  }
+  return rows;
+}
+
+std::vector<AttentionMeasurement> MeasureAttention(const c10::Device& device, c10::ScalarType dtype,
+                                                   const std::vector<AttentionShape>& shapes,
+                                                   const TimingBudget& budget, const ItemProgress& progress) {
+  std::vector<AttentionMeasurement> rows;
+  for (const AttentionShape& s : shapes) {
+    at::Tensor q = Random({s.batch, s.heads, s.seq, s.head_dim}, dtype, device);
+    at::Tensor k = Random({s.batch, s.kv_heads, s.seq, s.head_dim}, dtype, device);
+    at::Tensor v = Random({s.batch, s.kv_heads, s.seq, s.head_dim}, dtype, device);
+    for (at::Tensor* t : {&q, &k, &v}) t->requires_grad_(true);
+    const at::Tensor grad_out = Random({s.batch, s.heads, s.seq, s.head_dim}, dtype, device);
+    AttentionMeasurement row;
+    row.shape = s;
+    row.dtype = DTypeName(dtype);
+#if LLMPLAN_TORCH_AT_LEAST(2, 0)
+    row.backend = compat::AttentionBackendName(q, k, v);
+#else
+    row.backend = "plain";  // LibTorch 1.x: matmul, mask, softmax, matmul (compat::CausalAttention)
+#endif
+    // Forward as training runs it: with autograd recording (the kernel then
+    // also saves what backward needs).
+    row.forward_s = SecondsPerCall(device, [&] { (void)compat::CausalAttention(q, k, v); }, budget);
+    row.forward_backward_s = SecondsPerCall(
+        device,
+        [&] {
+          const at::Tensor out = compat::CausalAttention(q, k, v);
+          (void)torch::autograd::grad({out}, {q, k, v}, {grad_out});
+        },
+        budget);
+    rows.push_back(row);
+    if (progress) progress(static_cast<int>(rows.size()), static_cast<int>(shapes.size()));
+  }
+  return rows;
+}
+
+BandwidthMeasurement MeasureCopy(const c10::Device& device, double bytes, const TimingBudget& budget) {
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
+  const int64_t n = static_cast<int64_t>(FloatElements(bytes));
+  const at::Tensor src = at::ones({n}, options);
+  at::Tensor dst = at::empty({n}, options);
+  BandwidthMeasurement m;
+  m.bytes = 2.0 * static_cast<double>(n) * 4;
+  m.what = "copy_ of " + std::to_string(n * 4 >> 20) + " MiB";
+  m.seconds = SecondsPerCall(device, [&] { dst.copy_(src); }, budget);
+  return m;
+}
+
+BandwidthMeasurement MeasureAdd(const c10::Device& device, double bytes, const TimingBudget& budget) {
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
+  const int64_t n = static_cast<int64_t>(FloatElements(bytes));
+  const at::Tensor a = at::ones({n}, options), b = at::ones({n}, options);
+  at::Tensor c = at::empty({n}, options);
+  BandwidthMeasurement m;
+  m.bytes = 3.0 * static_cast<double>(n) * 4;
+  m.what = "add of 3 x " + std::to_string(n * 4 >> 20) + " MiB";
+  m.seconds = SecondsPerCall(device, [&] { at::add_out(c, a, b); }, budget);
+  return m;
+}
+
+LaunchMeasurement MeasureLaunch(const c10::Device& device, int kernels) {
+  at::Tensor x = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
+  for (int i = 0; i < 100; ++i) x.add_(1);
+  compat::SynchronizeDevice(device);
+  LaunchMeasurement m;
+  m.kernels = kernels;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kernels; ++i) x.add_(1);
+  m.host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kernels;
+  compat::SynchronizeDevice(device);
+  if (!device.is_cuda()) {
+    m.device_s = m.host_s;
+    return m;
+  }
+  // Keep the device busy while the host queues every tiny op, so they then
+  // run back to back and the events measure the device's cost per kernel,
+  // not the host's.
+  const at::Tensor a = Random({4096, 4096}, at::kBFloat16, device);
+  const double gemm_s = SecondsPerCall(device, [&] { (void)at::mm(a, a); }, {0.01, 1, 100});
+  const int blockers = static_cast<int>(std::ceil(3 * kernels * m.host_s / gemm_s)) + 1;
+  compat::StreamMark begin, end;
+  for (int i = 0; i < blockers; ++i) (void)at::mm(a, a);
+  begin.Record(device);
+  for (int i = 0; i < kernels; ++i) x.add_(1);
+  end.Record(device);
+  end.Synchronize();
+  m.device_s = end.SecondsSince(begin) / kernels;
+  return m;
+}
+
+double AllocatorReservedBytes(const c10::Device& device) {
+  return device.is_cuda() ? static_cast<double>(compat::ReadMemoryStats(device, 0).reserved) : 0.0;
+}
+
+std::string TorchVersion() { return compat::TorchVersion(); }
+
+int TorchCpuThreads() { return at::get_num_threads(); }
+
+}  // namespace llmplan::executor

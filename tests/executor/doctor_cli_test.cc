@@ -1,0 +1,47 @@
+// `llmplan doctor` end to end through the built binary on a CPU build: it
+// says there is no GPU, one line per check, exits 0, and --json parses. (A
+// CUDA build sees the GPU machine's GPUs: profile_gpu_test.cc covers it.)
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/executor/cli_runner.h"
+
+namespace llmplan {
+namespace {
+
+using executor_test::CommandResult;
+using executor_test::RunLlmplan;
+
+#ifndef LLMPLAN_WITH_CUDA
+// A CPU build has no GPU to see, whatever the machine: the doctor says so.
+TEST(DoctorCliTest, WithoutAGpuSaysSoAndExitsZero) {
+  const CommandResult r = RunLlmplan("doctor");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("skipped  gpus"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no GPU"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("llmplan doctor: 0 problems"), std::string::npos) << r.output;
+}
+
+TEST(DoctorCliTest, JsonParsesAndJudgesTheEnvironmentItRunsIn) {
+  const CommandResult r = RunLlmplan("doctor --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["exit_status"], 0);
+  EXPECT_EQ(j["problems"], 0);
+  bool host = false;
+  for (const auto& check : j["checks"]) {
+    EXPECT_TRUE(check.contains("verdict") && check.contains("message")) << check.dump();
+    host = host || check["check"] == "host";
+  }
+  EXPECT_TRUE(host) << r.output;
+  // A variable set in the environment gets its own line.
+  const CommandResult with = executor_test::RunCommand("NCCL_DEBUG=WARN " + std::string(LLMPLAN_BINARY) + " doctor");
+  EXPECT_EQ(with.status, 0) << with.output;
+  EXPECT_NE(with.output.find("NCCL_DEBUG=WARN"), std::string::npos) << with.output;
+}
+#endif
+
+}  // namespace
+}  // namespace llmplan

@@ -1,0 +1,208 @@
+// The doctor's verdicts on numbers passed in: environment variables against
+// the machine's measured links, GPU surveys of machines we do not have
+// (NVLink, PCIe, broken), the report's text, JSON and exit status.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "executor/doctor/environment_checks.h"
+#include "executor/doctor/finding.h"
+#include "executor/doctor/gpu_checks.h"
+#include "executor/hardware/cuda_machine.h"
+
+namespace llmplan::executor {
+namespace {
+
+const Finding* Find(const std::vector<Finding>& findings, const std::string& check) {
+  for (const Finding& f : findings)
+    if (f.check == check) return &f;
+  return nullptr;
+}
+
+Verdict VerdictOf(const std::map<std::string, std::string>& vars, const EnvironmentFacts& facts, const std::string& name) {
+  const std::vector<Finding> findings = JudgeEnvironment(vars, facts);
+  const Finding* f = Find(findings, name);
+  EXPECT_NE(f, nullptr) << name << " not judged";
+  return f ? f->verdict : Verdict::kSkipped;
+}
+
+const EnvironmentFacts kTwoNvlinkGpus{2, /*nvlink=*/true, /*all_pairs_peer=*/true};
+const EnvironmentFacts kTwoPcieGpus{2, false, true};
+const EnvironmentFacts kNoGpu{0, false, true};
+
+TEST(EnvironmentChecksTest, P2pDisabledIsAProblemOnlyWhereNvlinkConnectsTheGpus) {
+  EXPECT_EQ(VerdictOf({{"NCCL_P2P_DISABLE", "1"}}, kTwoNvlinkGpus, "NCCL_P2P_DISABLE"), Verdict::kProblem);
+  EXPECT_EQ(VerdictOf({{"NCCL_P2P_DISABLE", "1"}}, kTwoPcieGpus, "NCCL_P2P_DISABLE"), Verdict::kWarning);
+  EXPECT_EQ(VerdictOf({{"NCCL_P2P_DISABLE", "0"}}, kTwoNvlinkGpus, "NCCL_P2P_DISABLE"), Verdict::kOk);
+  EXPECT_EQ(VerdictOf({{"NCCL_P2P_DISABLE", "1"}}, kNoGpu, "NCCL_P2P_DISABLE"), Verdict::kOk);
+  EXPECT_EQ(VerdictOf({{"NCCL_P2P_LEVEL", "LOC"}}, kTwoNvlinkGpus, "NCCL_P2P_LEVEL"), Verdict::kProblem);
+  EXPECT_EQ(VerdictOf({{"NCCL_P2P_LEVEL", "NVL"}}, kTwoNvlinkGpus, "NCCL_P2P_LEVEL"), Verdict::kOk);
+  const std::vector<Finding> f = JudgeEnvironment({{"NCCL_P2P_DISABLE", "1"}}, kTwoNvlinkGpus);
+  EXPECT_NE(Find(f, "NCCL_P2P_DISABLE")->message.find("unset it"), std::string::npos);
+}
+
+TEST(EnvironmentChecksTest, NvlinkMulticastSwitchesAreWantedOffOnNvlinkGpus) {
+  // Unset on two NVLink GPUs: one warning per switch the lent machines need.
+  const std::vector<Finding> unset = JudgeEnvironment({}, kTwoNvlinkGpus);
+  ASSERT_EQ(unset.size(), 3u);
+  for (const Finding& f : unset) {
+    EXPECT_EQ(f.verdict, Verdict::kWarning) << f.check;
+    EXPECT_EQ(f.data["set"], false);
+  }
+  EXPECT_NE(Find(unset, "NCCL_NVLS_ENABLE")->message.find("export NCCL_NVLS_ENABLE=0"), std::string::npos);
+  // Set off: fine; set on: a warning; no NVLink or one GPU: nothing to say.
+  const std::map<std::string, std::string> off = {
+      {"NCCL_NVLS_ENABLE", "0"}, {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"}, {"NVSHMEM_DISABLE_NVLS", "1"}};
+  for (const Finding& f : JudgeEnvironment(off, kTwoNvlinkGpus)) EXPECT_EQ(f.verdict, Verdict::kOk) << f.check;
+  EXPECT_EQ(VerdictOf({{"NCCL_NVLS_ENABLE", "1"}}, kTwoNvlinkGpus, "NCCL_NVLS_ENABLE"), Verdict::kWarning);
+  EXPECT_TRUE(JudgeEnvironment({}, kTwoPcieGpus).empty());
+  EXPECT_TRUE(JudgeEnvironment({}, {1, true, true}).empty());
+}
+
+TEST(EnvironmentChecksTest, EachVariableSaysWhatItDoes) {
+  const std::map<std::string, std::string> vars = {{"NCCL_DEBUG", "INFO"},
+                                                   {"CUDA_LAUNCH_BLOCKING", "1"},
+                                                   {"CUDA_DEVICE_MAX_CONNECTIONS", "1"},
+                                                   {"NCCL_ALGO", "Tree"},
+                                                   {"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"},
+                                                   {"CUDA_VISIBLE_DEVICES", "0,1"},
+                                                   {"NCCL_SOME_NEW_KNOB", "3"},
+                                                   {"NCCL_NVLS_ENABLE", "0"},
+                                                   {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"},
+                                                   {"NVSHMEM_DISABLE_NVLS", "1"}};
+  const std::vector<Finding> f = JudgeEnvironment(vars, kTwoNvlinkGpus);
+  EXPECT_EQ(f.size(), vars.size());
+  EXPECT_EQ(Find(f, "NCCL_DEBUG")->verdict, Verdict::kOk);
+  EXPECT_NE(Find(f, "NCCL_DEBUG")->message.find("log level"), std::string::npos);
+  EXPECT_EQ(Find(f, "CUDA_LAUNCH_BLOCKING")->verdict, Verdict::kProblem);
+  EXPECT_EQ(Find(f, "CUDA_DEVICE_MAX_CONNECTIONS")->verdict, Verdict::kWarning);
+  EXPECT_EQ(Find(f, "NCCL_ALGO")->verdict, Verdict::kWarning);
+  EXPECT_EQ(Find(f, "PYTORCH_CUDA_ALLOC_CONF")->verdict, Verdict::kWarning);
+  EXPECT_EQ(Find(f, "CUDA_VISIBLE_DEVICES")->verdict, Verdict::kOk);
+  EXPECT_EQ(Find(f, "NCCL_SOME_NEW_KNOB")->verdict, Verdict::kOk);
+  EXPECT_EQ(Find(f, "CUDA_LAUNCH_BLOCKING")->message.rfind("CUDA_LAUNCH_BLOCKING=1: ", 0), 0u);
+  EXPECT_TRUE(std::is_sorted(f.begin(), f.end(), [](const Finding& a, const Finding& b) { return a.check < b.check; }));
+}
+
+TEST(EnvironmentChecksTest, SharedMemoryOffWithoutPeerToPeerIsAProblem) {
+  EXPECT_EQ(VerdictOf({{"NCCL_SHM_DISABLE", "1"}, {"NCCL_P2P_DISABLE", "1"}}, kTwoNvlinkGpus, "NCCL_SHM_DISABLE"),
+            Verdict::kProblem);
+  EXPECT_EQ(VerdictOf({{"NCCL_SHM_DISABLE", "1"}}, {2, false, /*all_pairs_peer=*/false}, "NCCL_SHM_DISABLE"),
+            Verdict::kProblem);
+  EXPECT_EQ(VerdictOf({{"NCCL_SHM_DISABLE", "1"}}, kTwoNvlinkGpus, "NCCL_SHM_DISABLE"), Verdict::kOk);
+}
+
+TEST(EnvironmentChecksTest, WithoutAGpuNothingButHiddenGpusMatters) {
+  const std::vector<Finding> f =
+      JudgeEnvironment({{"CUDA_LAUNCH_BLOCKING", "1"}, {"CUDA_VISIBLE_DEVICES", ""}, {"NCCL_ALGO", "Ring"}}, kNoGpu);
+  EXPECT_EQ(Find(f, "CUDA_LAUNCH_BLOCKING")->verdict, Verdict::kOk);
+  EXPECT_EQ(Find(f, "NCCL_ALGO")->verdict, Verdict::kOk);
+  EXPECT_EQ(Find(f, "CUDA_VISIBLE_DEVICES")->verdict, Verdict::kWarning);  // why there is no GPU
+}
+
+TEST(EnvironmentChecksTest, RelevantEnvironmentKeepsNcclCudaAndAllocatorVariables) {
+  std::string a = "NCCL_DEBUG=INFO", b = "CUDA_VISIBLE_DEVICES=0", c = "HOME=/root", d = "PYTORCH_CUDA_ALLOC_CONF=x=y",
+              e = "MY_NCCL_THING=1";
+  char* env[] = {a.data(), b.data(), c.data(), d.data(), e.data(), nullptr};
+  const std::map<std::string, std::string> vars = RelevantEnvironment(env);
+  EXPECT_EQ(vars.size(), 3u);
+  EXPECT_EQ(vars.at("NCCL_DEBUG"), "INFO");
+  EXPECT_EQ(vars.at("PYTORCH_CUDA_ALLOC_CONF"), "x=y");
+}
+
+// Two H200s as the lent machine has them, unless a test changes something.
+GpuSurvey TwoGpus(double link_bytes_per_s, bool peer, double bus_bytes_per_s) {
+  GpuSurvey s;
+  s.machine.driver_release = "580.65.06";
+  s.machine.driver_api_version = 13000;
+  s.machine.runtime_version = 13000;
+  s.machine.nccl_loaded = s.machine.nccl_built = 22809;
+  for (int i = 0; i < 2; ++i)
+    s.machine.devices.push_back({i, "NVIDIA H200", 150e9, 149.4e9, 9, 0, 132, "0000:19:00.0"});
+  s.links.push_back({0, 1, peer, link_bytes_per_s, link_bytes_per_s * 1.01, ""});
+  HealthAllReduce r;
+  r.gpus = 2;
+  r.bytes = 256 << 20;
+  r.sums_correct = true;
+  r.bus_bytes_per_s = bus_bytes_per_s;
+  r.seconds = r.bytes / bus_bytes_per_s;
+  s.all_reduce = r;
+  return s;
+}
+
+TEST(GpuChecksTest, NvlinkPairAndAHealthyAllReduceAreOk) {
+  const std::vector<Finding> f = JudgeGpus(TwoGpus(390e9, true, 300e9));
+  for (const Finding& x : f) EXPECT_EQ(x.verdict, Verdict::kOk) << x.check << ": " << x.message;
+  EXPECT_EQ(Find(f, "link 0-1")->data["link"], "nvlink");
+  EXPECT_NE(Find(f, "gpu 0")->message.find("compute capability 9.0"), std::string::npos);
+  EXPECT_NE(Find(f, "nccl")->message.find("2.28.9 loaded, built against 2.28.9"), std::string::npos);
+  EXPECT_EQ(DoctorExitStatus(f), 0);
+}
+
+TEST(GpuChecksTest, PcieAndHostPathsAreFlagged) {
+  const std::vector<Finding> pcie = JudgeGpus(TwoGpus(25e9, true, 20e9));
+  EXPECT_EQ(Find(pcie, "link 0-1")->verdict, Verdict::kWarning);
+  EXPECT_EQ(Find(pcie, "link 0-1")->data["link"], "pcie");
+  EXPECT_EQ(Find(pcie, "all-reduce")->verdict, Verdict::kOk);  // 80% of what that link carries
+  const std::vector<Finding> host = JudgeGpus(TwoGpus(10e9, false, 8e9));
+  EXPECT_EQ(Find(host, "link 0-1")->data["link"], "host");
+  EXPECT_EQ(Find(host, "link 0-1")->verdict, Verdict::kWarning);
+  EXPECT_FALSE(AnyNvlink(TwoGpus(10e9, false, 8e9).links));
+  EXPECT_FALSE(AllPairsPeer(TwoGpus(10e9, false, 8e9).links));
+}
+
+TEST(GpuChecksTest, AllReduceFarBelowTheLinksOrWrongIsAProblem) {
+  EXPECT_EQ(Find(JudgeGpus(TwoGpus(390e9, true, 150e9)), "all-reduce")->verdict, Verdict::kWarning);   // 38%
+  EXPECT_EQ(Find(JudgeGpus(TwoGpus(390e9, true, 20e9)), "all-reduce")->verdict, Verdict::kProblem);    // 5%: not on NVLink
+  GpuSurvey wrong = TwoGpus(390e9, true, 300e9);
+  wrong.all_reduce->sums_correct = false;
+  wrong.all_reduce->mismatch = "GPU 1 element 7 is 2.0, expected 3.0";
+  const std::vector<Finding> f = JudgeGpus(wrong);
+  EXPECT_EQ(Find(f, "all-reduce")->verdict, Verdict::kProblem);
+  EXPECT_NE(Find(f, "all-reduce")->message.find("element 7"), std::string::npos);
+  EXPECT_EQ(DoctorExitStatus(f), 1);
+  GpuSurvey failed = TwoGpus(390e9, true, 300e9);
+  failed.links[0].error = "cudaMemcpyPeerAsync failed: peer mapping resources exhausted";
+  EXPECT_EQ(Find(JudgeGpus(failed), "link 0-1")->verdict, Verdict::kProblem);
+}
+
+TEST(GpuChecksTest, VersionsAndDevices) {
+  GpuSurvey s = TwoGpus(390e9, true, 300e9);
+  s.machine.driver_api_version = 12040;  // driver older than the runtime
+  s.machine.nccl_loaded = 22703;
+  s.machine.devices[1].cc_major = 7;
+  s.machine.devices[0].free_bytes = 100e9;  // 50 GB used by someone else
+  const std::vector<Finding> f = JudgeGpus(s);
+  EXPECT_EQ(Find(f, "driver")->verdict, Verdict::kProblem);
+  EXPECT_EQ(Find(f, "nccl")->verdict, Verdict::kWarning);
+  EXPECT_EQ(Find(f, "gpu 1")->verdict, Verdict::kWarning);
+  EXPECT_EQ(Find(f, "gpu 0")->verdict, Verdict::kWarning);
+  EXPECT_EQ(CudaVersionString(13000), "13.0");
+  EXPECT_EQ(CudaVersionString(12040), "12.4");
+  EXPECT_EQ(NcclVersionString(22809), "2.28.9");
+  EXPECT_EQ(NcclVersionString(2708), "2.7.8");
+}
+
+TEST(DoctorReportTest, NoGpuIsOneSkippedLinePerCheckAndExitsZero) {
+  std::vector<Finding> f = NoGpuFindings("this llmplan was built without CUDA");
+  f.push_back(LibTorchFinding("1.13.1", false, ""));
+  f.push_back(HostFinding(24e9, 20e9, 2));
+  EXPECT_EQ(DoctorExitStatus(f), 0);
+  const std::string text = DoctorText(f);
+  EXPECT_NE(text.find("  skipped  gpus"), std::string::npos) << text;
+  EXPECT_NE(text.find("no GPU: this llmplan was built without CUDA;"), std::string::npos) << text;
+  EXPECT_NE(text.find("llmplan doctor: 0 problems, 0 warnings, 5 skipped"), std::string::npos) << text;
+  const nlohmann::json j = DoctorJson(f);
+  EXPECT_EQ(j["exit_status"], 0);
+  EXPECT_EQ(j["checks"].size(), f.size());
+  EXPECT_EQ(j["checks"][0]["verdict"], "skipped");
+  // A CPU build on a machine with an NVIDIA driver should say how to use it.
+  EXPECT_EQ(LibTorchFinding("1.13.1", false, "580.65.06").verdict, Verdict::kWarning);
+  EXPECT_EQ(HostFinding(24e9, 1e9, 2).verdict, Verdict::kWarning);
+}
+
+}  // namespace
+}  // namespace llmplan::executor
