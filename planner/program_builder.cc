@@ -128,6 +128,7 @@ void ProgramBuilder::MakeUnits() {
   gather_fwd_.assign(n, -1);
   grad_final_.assign(n, -1);
   last_release_of_unit_.assign(n, -1);
+  current_gather_.assign(n, -1);
 }
 
 void ProgramBuilder::MakePersistent() {

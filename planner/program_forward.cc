@@ -43,9 +43,11 @@ BlockActivationBytes BlockActivations(const Plan& plan, const HardwareProfile& p
 int ProgramBuilder::Gather(int u, int mb, bool backward) {
   const double bytes = ParamBytes() * Padded(u);
   std::vector<int> deps;
-  const size_t k = gathers_.size();
-  const size_t limit = static_cast<size_t>(plan_.prefetch_depth) + 1;
-  if (k >= limit && k - limit < releases_.size()) deps.push_back(releases_[k - limit]);
+  const bool kept = !backward && KeepsParamsThroughBackward(u);
+  if (!kept && in_flight_.size() > static_cast<size_t>(plan_.prefetch_depth)) {
+    deps.push_back(release_of_.at(in_flight_.front()));  // its use comes earlier, so its release exists
+    in_flight_.pop_front();
+  }
   deps.push_back(last_release_of_unit_[u]);  // the unit's buffer is reused
   const bool params_offloaded = OffloadsParams(plan_.offload) && OffloadsOptimizer(plan_.offload);
   if (params_offloaded) {
@@ -83,7 +85,8 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
   op.alloc_at_start = std::move(memory.events);
   if (params_offloaded) op.free_at_end.push_back({MemoryCategory::kOffloadStaging, -bytes / G()});
   const int id = Add(op);
-  gathers_.push_back(id);
+  current_gather_[u] = id;
+  if (!kept) in_flight_.push_back(id);
   return id;
 }
 
@@ -100,8 +103,9 @@ int ProgramBuilder::Release(int u, int mb, int after, bool backward) {
   gathered_[u] = -1;
   op.alloc_at_start = std::move(memory.events);
   const int id = Add(op);
-  releases_.push_back(id);
   last_release_of_unit_[u] = id;
+  release_of_[current_gather_[u]] = id;
+  current_gather_[u] = -1;
   return id;
 }
 
