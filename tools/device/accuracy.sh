@@ -7,7 +7,7 @@
 #
 # For each row: `llmplan estimate` with every choice pinned writes the plan
 # (and its prediction, estimate.json); `llmplan run --no-final-weights` trains
-# it for LLMPLAN_ACCURACY_STEPS steps (default 4: the first is warm-up) and
+# it for LLMPLAN_ACCURACY_STEPS steps (default 6: the first two are warm-up) and
 # keeps its run directory. Rows that use one GPU run on GPU 0. At the end the
 # run directories are packed into $OUT/accuracy.tar.gz (the device tool
 # returns at most 8 files) and a table of predicted vs measured step time and
@@ -19,7 +19,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 suite="$root/tools/device/accuracy/suite.txt"
 build="${LLMPLAN_GPU_BUILD_DIR:-$root/build-gpu}"
-steps="${LLMPLAN_ACCURACY_STEPS:-4}"
+steps="${LLMPLAN_ACCURACY_STEPS:-6}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 plans_only=""
@@ -44,40 +44,85 @@ if [ -z "$plans_only" ] && [ ! -f "$tokens" ]; then
     { echo "accuracy: cannot make the token file" >&2; exit 1; }
 fi
 
-wanted=" $* "
-failed=0
-while read -r name gpus model seq mb ga ckpt strategy offload; do
-  case "$name" in ''|'#'*) continue ;; esac
-  [ "$#" -eq 0 ] || [[ "$wanted" == *" $name "* ]] || continue
+# One row: plan it (every choice pinned), then train it on the GPUs given
+# (empty: all). Prints one line; returns non-zero when either step failed.
+run_row() {
+  local name="$1" gpus="$2" model="$3" seq="$4" mb="$5" ga="$6" ckpt="$7" strategy="$8" offload="$9" visible="${10}"
   [ -d "$root/tools/device/accuracy/$model" ] && model="$root/tools/device/accuracy/$model/config.json"
-  dir="$runs/$name"
+  local dir="$runs/$name"
   rm -rf "$dir"
   mkdir -p "$dir.plan"
   if ! "$llmplan" estimate --model "$model" --gpus "$gpus" --gpu h200-sxm --seq "$seq" --micro-batch "$mb" \
       --grad-accum "$ga" --global-batch $((mb * ga * gpus)) --checkpoint-layers "$ckpt" --strategy "$strategy" \
       --offload "$offload" --host-memory 240 --json -o "$dir.plan/plan.json" >"$dir.plan/estimate.json" 2>"$dir.plan/estimate.err"; then
     echo "$name: no plan: $(head -c 300 "$dir.plan/estimate.err")"
-    failed=1
-    continue
+    return 1
   fi
-  [ -n "$plans_only" ] && { echo "$name: plan written"; continue; }
+  [ -n "$plans_only" ] && { echo "$name: plan written"; return 0; }
   if [ -n "${LLMPLAN_ACCURACY_DEADLINE:-}" ] && [ "$(date +%s)" -ge "$LLMPLAN_ACCURACY_DEADLINE" ]; then
     echo "$name: skipped (deadline)"
     rm -rf "$dir.plan"
-    continue
+    return 0
   fi
-  visible=""
-  [ "$gpus" -eq 1 ] && visible="CUDA_VISIBLE_DEVICES=0"
+  local start rc
   start=$(date +%s)
-  env $visible LLMPLAN_COLLECTIVE_TIMEOUT_S=120 timeout 300 "$llmplan" run --plan "$dir.plan/plan.json" \
-    --data "$tokens" --steps "$steps" --no-final-weights --out "$dir" >"$dir.log" 2>&1
+  env ${visible:+CUDA_VISIBLE_DEVICES=$visible} LLMPLAN_COLLECTIVE_TIMEOUT_S=120 timeout 300 "$llmplan" run \
+    --plan "$dir.plan/plan.json" --data "$tokens" --steps "$steps" --no-final-weights --out "$dir" >"$dir.log" 2>&1
   rc=$?
   cp "$dir.plan/estimate.json" "$dir/" 2>/dev/null
   mv "$dir.log" "$dir/run.log" 2>/dev/null
   rm -rf "$dir.plan"
-  echo "$name: rc=$rc in $(( $(date +%s) - start )) s"
-  [ $rc -eq 0 ] || { tail -3 "$dir/run.log"; failed=1; }
+  echo "$name: rc=$rc in $(( $(date +%s) - start )) s${visible:+ on GPU $visible}"
+  [ $rc -eq 0 ] || { tail -3 "$dir/run.log"; return 1; }
+}
+
+wanted=" $* "
+rows=()
+while read -r name rest; do
+  case "$name" in ''|'#'*) continue ;; esac
+  [ "$#" -eq 0 ] || [[ "$wanted" == *" $name "* ]] || continue
+  rows+=("$name $rest")
 done < "$suite"
+
+# With two GPUs, the 1-GPU rows without offload run two at a time, one per
+# GPU (they share nothing but the host, and their host work is launching
+# kernels). Offloading rows run alone: CPU AdamW uses every core.
+gpu_count=$(nvidia-smi -L 2>/dev/null | wc -l)
+failed=0
+lane() {  # lane GPU ROW...
+  local gpu="$1" row lane_failed=0
+  shift
+  for row in "$@"; do
+    # shellcheck disable=SC2086
+    set -- $row
+    run_row "$@" "$gpu" || lane_failed=1
+  done
+  return $lane_failed
+}
+together=() alone=()
+for row in "${rows[@]}"; do
+  read -r _ gpus _ _ _ _ _ _ offload <<<"$row"
+  if [ -z "$plans_only" ] && [ "$gpu_count" -ge 2 ] && [ "$gpus" -eq 1 ] && [ "$offload" = none ]; then
+    together+=("$row")
+  else
+    alone+=("$row")
+  fi
+done
+if [ "${#together[@]}" -gt 0 ]; then
+  even=() odd=()
+  for i in "${!together[@]}"; do
+    if [ $((i % 2)) -eq 0 ]; then even+=("${together[$i]}"); else odd+=("${together[$i]}"); fi
+  done
+  lane 0 "${even[@]}" & lane0=$!
+  lane 1 "${odd[@]}" & lane1=$!
+  wait $lane0 || failed=1
+  wait $lane1 || failed=1
+fi
+for row in "${alone[@]}"; do
+  read -r _ gpus _ <<<"$row"
+  # shellcheck disable=SC2086
+  run_row $row "$([ "$gpus" -eq 1 ] && [ -z "$plans_only" ] && echo 0)" || failed=1
+done
 [ -n "$plans_only" ] && exit $failed
 
 python3 - "$runs" <<'EOF'
@@ -88,7 +133,8 @@ for name in sorted(os.listdir(runs)):
     d = os.path.join(runs, name)
     try:
         est = json.load(open(os.path.join(d, "estimate.json")))
-        steps = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))][1:]
+        steps = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
+        steps = steps[2:] if len(steps) >= 4 else steps[1:]  # warm-up, as MeasuredRun::TimedSteps
     except Exception as e:
         print(f"{name:<5} (no result: {e})"); continue
     if not steps: print(f"{name:<5} (no timed step)"); continue
