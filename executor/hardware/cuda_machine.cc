@@ -3,6 +3,7 @@
 #include "executor/hardware/cuda_machine.h"
 
 #include <cstdlib>
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -21,15 +22,23 @@ std::string NcclVersionString(int code) {
 }
 
 std::string NvidiaDriverRelease() {
-  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..."
   std::ifstream in("/proc/driver/nvidia/version");
   std::string line;
   if (!std::getline(in, line)) return "";
+  return DriverReleaseFromVersionLine(line);
+}
+
+std::string DriverReleaseFromVersionLine(const std::string& line) {
+  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..."
+  // or, for the open kernel modules, "... Open Kernel Module for x86_64
+  // 580.65.06 Release Build ...": the release is the first word made of
+  // digits and dots with at least one dot.
   std::istringstream words(line);
-  std::string word, previous;
+  std::string word;
   while (words >> word) {
-    if (previous == "Module") return word;
-    previous = word;
+    const bool digits_and_dots = word.find_first_not_of("0123456789.") == std::string::npos;
+    if (digits_and_dots && word.find('.') != std::string::npos && std::isdigit(static_cast<unsigned char>(word[0])))
+      return word;
   }
   return "";
 }

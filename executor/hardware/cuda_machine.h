@@ -43,6 +43,9 @@ std::string NcclVersionString(int code);
 // The NVIDIA kernel module's release from /proc/driver/nvidia/version, "" when
 // there is none (no NVIDIA driver loaded). Needs no CUDA.
 std::string NvidiaDriverRelease();
+// The release in one line of that file (proprietary and open kernel modules
+// word it differently), "" when it holds none.
+std::string DriverReleaseFromVersionLine(const std::string& line);
 
 // NVLink multicast (NVLS) stays off unless the environment sets it:
 // NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,

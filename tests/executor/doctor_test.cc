@@ -204,5 +204,17 @@ TEST(DoctorReportTest, NoGpuIsOneSkippedLinePerCheckAndExitsZero) {
   EXPECT_EQ(HostFinding(24e9, 1e9, 2).verdict, Verdict::kWarning);
 }
 
+// Both wordings of /proc/driver/nvidia/version: the open kernel modules put
+// "for x86_64" after "Module" (seen on the H200 machine as "driver for").
+TEST(GpuChecksTest, DriverReleaseFromEitherKernelModulesVersionLine) {
+  EXPECT_EQ(DriverReleaseFromVersionLine(
+                "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 06:54:38 UTC 2025"),
+            "580.65.06");
+  EXPECT_EQ(DriverReleaseFromVersionLine(
+                "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U16)"),
+            "580.95.05");
+  EXPECT_EQ(DriverReleaseFromVersionLine("no release here 12 x86_64"), "");
+}
+
 }  // namespace
 }  // namespace llmplan::executor
