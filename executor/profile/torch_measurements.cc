@@ -1,7 +1,9 @@
 // The profile's LibTorch measurements (see torch_measurements.h).
 #include "executor/profile/torch_measurements.h"
 
+#include "executor/model/llama_model.h"
 #include "executor/torch_compat.h"
+#include "planner/model_spec.h"
 
 #include <algorithm>
 #include <chrono>
@@ -24,17 +26,35 @@ double FloatElements(double bytes) { return std::max(1.0, std::floor(bytes / 4))
 
 double MeasureGemmWorkspaceBytes(const c10::Device& device) {
   if (!device.is_cuda()) return 0;
-  const at::Tensor x = Random({1024, 1024}, at::kBFloat16, device);
-  const at::Tensor w = Random({1024, 1024}, at::kBFloat16, device);
-  const at::Tensor bias = Random({1024}, at::kBFloat16, device);
+  // The executor's own first block: forward and backward of one Llama-3.2-1B
+  // layer over 512 tokens, then every tensor it made dropped. What stays
+  // allocated is what the libraries kept on first use (cuBLAS's and
+  // cuBLASLt's workspaces, by LibTorch's choice of path for each GEMM), which
+  // a pair of bare at::linear calls undercounts (33 MiB against the 64 MiB
+  // the executor keeps on an H200 with LibTorch 2.11).
+  ModelSpec spec = PresetModel("llama3.2-1b");
+  spec.layers = 1;
+  const LlamaModel model(spec);
+  const int unit = model.block_unit(0);
+  const auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device);
+  std::vector<at::Tensor> params;
+  for (const ParamShape& shape : model.unit_params(unit)) params.push_back(at::empty(shape.shape, bf16));
+  model.InitUnit(unit, params, /*seed=*/1);
+  for (at::Tensor& p : params) p.requires_grad_(true);
+  constexpr int64_t kTokens = 512;
+  const RopeTable rope = model.MakeRopeTable(kTokens, device, at::kBFloat16);
+  at::Tensor x = Random({1, kTokens, spec.hidden}, at::kBFloat16, device).requires_grad_(true);
   compat::SynchronizeDevice(device);
   const int64_t before = compat::ReadMemoryStats(device, 0).allocated;
-  const at::Tensor plain = at::linear(x, w);        // mm: cuBLAS
-  const at::Tensor biased = at::linear(x, w, bias);  // addmm with bias: cuBLASLt
+  {
+    const at::Tensor y = model.BlockForward(0, params, x, rope);
+    torch::autograd::backward({y}, {at::ones_like(y)});
+  }
+  for (at::Tensor& p : params) p.mutable_grad().reset();
+  x.mutable_grad().reset();
   compat::SynchronizeDevice(device);
   const int64_t after = compat::ReadMemoryStats(device, 0).allocated;
-  const double outputs = static_cast<double>(plain.nbytes() + biased.nbytes());
-  return std::max(0.0, static_cast<double>(after - before) - outputs);
+  return std::max<double>(0, static_cast<double>(after - before));
 }
 
 std::vector<GemmMeasurement> MeasureGemms(const c10::Device& device, c10::ScalarType dtype,

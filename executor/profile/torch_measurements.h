@@ -22,10 +22,10 @@ namespace llmplan::executor {
 // Called after each shape: (done, total).
 using ItemProgress = std::function<void(int done, int total)>;
 
-// The bytes the first GEMMs of the process allocate beyond their outputs:
-// cuBLAS's workspace (at::linear without bias) and cuBLASLt's (with bias),
-// which LibTorch takes from its caching allocator on first use and keeps.
-// 0 on the CPU. REQUIRES: no GEMM has run on `device` in this process yet.
+// The bytes the executor's first block forward and backward leave allocated
+// once every tensor they made is gone: the GEMM libraries' workspaces, which
+// LibTorch takes from its caching allocator on first use and keeps. 0 on the
+// CPU. REQUIRES: no GEMM has run on `device` in this process yet.
 double MeasureGemmWorkspaceBytes(const c10::Device& device);
 
 std::vector<GemmMeasurement> MeasureGemms(const c10::Device& device, c10::ScalarType dtype,
