@@ -4,7 +4,7 @@
 //   compute      seconds = gemm_flops (a0 + a1/d) + attention_fwd a2 + attention_bwd a3
 //                          + elementwise_bytes a4 + launches a5
 //                plus the share of the op that a collective overlapped (slowdown),
-//                by relative-error-weighted non-negative least squares
+//                by non-negative least squares on relative errors, per op and per run's total
 //   collectives  per link and kind: seconds = scale * curve(bytes) + offset
 //   copies       bytes / rate per direction; CPU AdamW params / rate
 //   host issue   kernel_launch_s: the lower quartile of the gaps between issues, per launch

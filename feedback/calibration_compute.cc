@@ -1,6 +1,7 @@
 // Calibration of the compute terms (see calibration.h): one non-negative least
 // squares over every compute op the runs measured, weighted by relative error
-// so that a 20 us optimizer step counts as much as a 20 ms block.
+// so that a 20 us optimizer step counts as much as a 20 ms block, and over
+// each run's total compute time (RelativeRows).
 //
 // Contention is fitted in the same solve. While a collective runs, the
 // simulator runs compute at 1/(1+s) speed, so an op that spent w of its y
@@ -185,16 +186,45 @@ Candidates CollectCandidates(const std::vector<CalibrationRun>& runs, const Hard
   return c;
 }
 
-// The rows of the relative-error least squares: features over measured seconds.
-Eigen::MatrixXd RelativeRows(const Candidates& c, const std::vector<bool>& use) {
+// The rows of the least squares. One per op: its features over its measured
+// seconds, so every op counts by its relative error. Then one per run: the
+// sum of its ops' features over the sum of their seconds, weighted as much as
+// all its ops together — where the model cannot fit every op (a CPU's
+// per-op costs), relative errors alone would spend the big ops' time to fit
+// the small ones, and the step's time is the sum.
+struct Rows {
+  Eigen::MatrixXd matrix;  // the ops' rows, then the runs'
+  Eigen::VectorXd target;  // what each row should come to
+  Eigen::Index ops = 0;
+};
+
+Rows RelativeRows(const Candidates& c, const std::vector<bool>& use, int runs) {
   std::vector<size_t> used;
   for (size_t i = 0; i < use.size(); ++i)
     if (use[i]) used.push_back(i);
-  Eigen::MatrixXd R(static_cast<Eigen::Index>(used.size()), kNumTerms);
-  for (size_t k = 0; k < used.size(); ++k)
+  std::vector<Vector> run_features(runs, Vector{});
+  std::vector<double> run_seconds(runs, 0.0), run_ops(runs, 0.0);
+  Rows rows;
+  rows.ops = static_cast<Eigen::Index>(used.size());
+  rows.matrix = Eigen::MatrixXd::Zero(rows.ops + runs, kNumTerms);
+  rows.target = Eigen::VectorXd::Ones(rows.ops + runs);
+  Eigen::MatrixXd& R = rows.matrix;
+  for (size_t k = 0; k < used.size(); ++k) {
+    const size_t i = used[k];
+    for (int j = 0; j < kNumTerms; ++j) {
+      R(static_cast<Eigen::Index>(k), j) = c.features[i][j] / c.seconds[i];
+      run_features[c.run[i]][j] += c.features[i][j];
+    }
+    run_seconds[c.run[i]] += c.seconds[i];
+    run_ops[c.run[i]] += 1;
+  }
+  for (int r = 0; r < runs; ++r) {
+    const double weight = std::sqrt(run_ops[r]);  // 0 for a run with no op in the fit
+    rows.target(rows.ops + r) = weight;
     for (int j = 0; j < kNumTerms; ++j)
-      R(static_cast<Eigen::Index>(k), j) = c.features[used[k]][j] / c.seconds[used[k]];
-  return R;
+      if (weight > 0) R(rows.ops + r, j) = weight * run_features[r][j] / run_seconds[r];
+  }
+  return rows;
 }
 
 // What the solve decided per term.
@@ -210,7 +240,8 @@ struct Solution {
 // datasheet peak: a >= 1/peak, solved as a shifted non-negative variable. A
 // memory-bound rate driven to zero cannot be written into a profile, so it
 // is kept and the rest solved again.
-void Solve(const Eigen::MatrixXd& R, const Vector& start, const Vector& lower, Solution& s) {
+void Solve(const Eigen::MatrixXd& R, const Eigen::VectorXd& target, const Vector& start, const Vector& lower,
+           Solution& s) {
   const Eigen::Index n = R.rows();
   for (bool resolve = true; resolve;) {
     resolve = false;
@@ -221,7 +252,7 @@ void Solve(const Eigen::MatrixXd& R, const Vector& start, const Vector& lower, S
       if (s.fitted[j]) cols.push_back(j);
     const Eigen::Index k = static_cast<Eigen::Index>(cols.size());
     Eigen::MatrixXd A(n, k);
-    Eigen::VectorXd b = Eigen::VectorXd::Ones(n), shift(k);
+    Eigen::VectorXd b = target, shift(k);
     for (Eigen::Index c = 0; c < k; ++c) {
       A.col(c) = R.col(cols[c]);
       if (cols[c] == kGemm && merge_half) A.col(c) += R.col(kHalfDim) * (start[kHalfDim] / start[kGemm]);
@@ -246,13 +277,13 @@ void Solve(const Eigen::MatrixXd& R, const Vector& start, const Vector& lower, S
   }
 }
 
-// Which terms R identifies, then their non-negative least squares.
-Solution FitRows(const Eigen::MatrixXd& R, const Vector& start, const Vector& lower,
+// Which terms the op rows identify, then the non-negative least squares.
+Solution FitRows(const Rows& rows, const Vector& start, const Vector& lower,
                  std::vector<ColumnIdentification>& identified) {
   Solution s;
   s.a = start;
   identified.assign(kNumTerms, {});
-  if (R.rows() > 0) identified = IdentifyColumns(R, kMinIndependentFraction);
+  if (rows.ops > 0) identified = IdentifyColumns(rows.matrix.topRows(rows.ops), kMinIndependentFraction);
   for (int j = 0; j < kNumTerms; ++j) {
     s.fitted[j] = identified[j].status == ColumnStatus::kIdentified;
     if (identified[j].status == ColumnStatus::kAllZero) s.why_kept[j] = kTerm[j].missing;
@@ -263,7 +294,7 @@ Solution FitRows(const Eigen::MatrixXd& R, const Vector& start, const Vector& lo
                                                   "before it") +
                       " (" + Fraction(identified[j].independent_fraction) + " independent of them)";
   }
-  Solve(R, start, lower, s);
+  Solve(rows.matrix, rows.target, start, lower, s);
   return s;
 }
 
@@ -283,12 +314,12 @@ void FitCompute(const std::vector<CalibrationRun>& runs, HardwareProfile& profil
   // until that set settles.
   std::vector<bool> use(count);
   for (size_t i = 0; i < count; ++i) use[i] = candidates.seconds[i] > kLaunchFloorMargin * candidates.floor[i];
-  Eigen::MatrixXd R;
+  Rows rows;
   Solution s;
   std::vector<ColumnIdentification> identified;
   for (int pass = 0; pass < 10; ++pass) {
-    R = RelativeRows(candidates, use);
-    s = FitRows(R, start, lower, identified);
+    rows = RelativeRows(candidates, use, static_cast<int>(runs.size()));
+    s = FitRows(rows, start, lower, identified);
     std::vector<bool> above_floor(count);
     for (size_t i = 0; i < count; ++i) {
       double device = 0;
@@ -299,7 +330,7 @@ void FitCompute(const std::vector<CalibrationRun>& runs, HardwareProfile& profil
     if (above_floor == use) break;
     use = above_floor;
   }
-  const Eigen::Index n = R.rows();
+  const Eigen::Index n = rows.ops;
   std::vector<bool> run_used(runs.size(), false);
   for (size_t i = 0; i < count; ++i)
     if (use[i]) run_used[candidates.run[i]] = true;
@@ -311,7 +342,7 @@ void FitCompute(const std::vector<CalibrationRun>& runs, HardwareProfile& profil
   double squares = 0;
   for (Eigen::Index i = 0; i < n; ++i) {
     double predicted = 0;
-    for (int j = 0; j < kNumTerms; ++j) predicted += R(i, j) * s.a[j];
+    for (int j = 0; j < kNumTerms; ++j) predicted += rows.matrix(i, j) * s.a[j];
     squares += (predicted - 1) * (predicted - 1);
   }
   std::array<std::string, kNumTerms> clamp_notes;
