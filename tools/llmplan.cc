@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   AddEstimateCommand(app);
   AddSimulateCommand(app);
   AddCompareCommand(app);
+  AddCalibrateCommand(app);
   ListExecutorCommands(app);
   return RunCommandLine(app, argc, argv);
 }

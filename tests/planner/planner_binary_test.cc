@@ -63,8 +63,8 @@ TEST(PlannerBinaryTest, UnknownCommandIsNamedWithTheCommands) {
   ExpectBadInput("frobnicate --model llama3-8b", dir);
   CliResult r = RunCli("frobnicate", dir);
   EXPECT_EQ(r.err,
-            "llmplan: unknown command 'frobnicate'; commands: estimate, simulate, compare, run, data, profile, doctor "
-            "(see llmplan --help)\n");
+            "llmplan: unknown command 'frobnicate'; commands: estimate, simulate, compare, calibrate, run, data, "
+            "profile, doctor (see llmplan --help)\n");
 }
 
 TEST(PlannerBinaryTest, NoCommandPrintsTheHelpAndExits2) {

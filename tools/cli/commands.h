@@ -13,6 +13,7 @@ namespace llmplan::cli {
 void AddEstimateCommand(CLI::App& app);  // llmplan estimate
 void AddSimulateCommand(CLI::App& app);  // llmplan simulate
 void AddCompareCommand(CLI::App& app);   // llmplan compare
+void AddCalibrateCommand(CLI::App& app);  // llmplan calibrate
 
 // llmplan-executor (LibTorch); their names and summaries are rows of
 // kExecutorCommands (executor_commands.h).
