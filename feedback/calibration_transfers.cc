@@ -185,7 +185,7 @@ void FitCopiesAndCpuOptimizer(const std::vector<CalibrationRun>& runs, HardwareP
           used[1] = 1;
           break;
         case OpKind::kCpuOptimizerStep:
-          adam.work.push_back(op.work.cpu_adam_params);
+          adam.work.push_back(op.work.cpu_adam_params * op.work.host_sharers);
           adam.seconds.push_back(y);
           adam.target.push_back(1);
           used[2] = 1;

@@ -78,7 +78,9 @@ struct HardwareProfile {
   // True when both copy directions share one link's bandwidth (e.g. PCIe
   // switch shared); false when they are full duplex.
   bool copies_share_link = false;
-  double cpu_adam_params_per_s = 0;  // vectorised, multi-threaded CPU AdamW
+  // CPU AdamW (offload): the whole host's rate with every GPU's process
+  // running at once, summed; a plan's processes on one node split it.
+  double cpu_adam_params_per_s = 0;
   // Host time per step outside the step program: taking the step's batches
   // from the loader, the end-of-step synchronisation and logging.
   double step_overhead_s = 0;

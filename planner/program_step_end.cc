@@ -117,6 +117,7 @@ void ProgramBuilder::OptimizerStep() {
     cpu.name = "cpu adamw " + UnitName(u);
     cpu.deps = {grads_on_host[u], clip_};
     cpu.work.cpu_adam_params = shard;
+    cpu.work.host_sharers = plan_.GpusOnNode();
     const int step = Add(cpu);
     if (!OffloadsParams(o)) {
       StepOp back;

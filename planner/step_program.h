@@ -114,6 +114,10 @@ struct OpWork {
   // Host <-> device copies and CPU work
   double copy_bytes = 0;
   double cpu_adam_params = 0;
+  // Processes sharing the host's cores for that CPU work: the job's GPUs on
+  // one node, each running its own AdamW at the same time (2 x H200 ranks
+  // measured 2.37 G params/s each against 4.48 alone).
+  int host_sharers = 1;
 };
 
 struct StepOp {

@@ -236,7 +236,9 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
   const double alone = static_cast<double>(adam.params) / adam.seconds;
   const double concurrent =
       adam.workers > 1 ? static_cast<double>(adam.params_each) / adam.concurrent_seconds : alone;
-  p.cpu_adam_params_per_s = concurrent;
+  // The host's rate: every GPU's process at once, summed (the planner splits
+  // it among the processes a plan runs on one node).
+  p.cpu_adam_params_per_s = adam.workers > 1 ? concurrent * adam.workers : alone;
   j["cpu_adamw"] = {{"call", "CpuAdamW (executor/optimizer/cpu_adamw.h), writing the bf16 copy in the same pass"},
                     {"params", adam.params},
                     {"alone", {{"threads", adam.threads}, {"seconds", adam.seconds}, {"params_per_s", alone}}},
@@ -321,7 +323,9 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
       << "; one communicator took " << FormatBytes(c.communicator_bytes) << ". ";
   }
   s << "CPU AdamW: " << FormatRate(alone, "params/s") << " alone on " << adam.threads << " threads";
-  if (adam.workers > 1) s << ", " << FormatRate(concurrent, "params/s") << " per GPU with " << adam.workers << " at once (the profile's figure)";
+  if (adam.workers > 1)
+    s << ", " << FormatRate(concurrent, "params/s") << " per GPU with " << adam.workers << " at once ("
+      << FormatRate(concurrent * adam.workers, "params/s") << " for the host: the profile's figure)";
   s << ". ";
   if (cuda && m.fixed_memory) {
     s << "Fixed memory: context and kernels " << FormatBytes(p.cuda_context_bytes)
