@@ -46,13 +46,17 @@ TEST(CostModelTest, CollectiveRingModel) {
   EXPECT_NEAR(p.CollectiveSeconds(CollectiveOp::kAllGather, 1073741824, 2, true), 0.011094503, 1e-12);
 }
 
+// The formulas, on the shipped H200 profile's own numbers (which
+// `llmplan profile` rewrites when it re-measures the machine).
 TEST(CostModelTest, GemmEfficiencyCurve) {
   HardwareProfile p = testing::Profile("h200-sxm");
-  // 989e12 * 0.832 * d / (d + 332), d = min(m, n, k).
-  EXPECT_DOUBLE_EQ(p.GemmFlopsPerSecond(8192, 4096, 16384), 989e12 * 0.832 * 4096 / (4096 + 332));
-  EXPECT_DOUBLE_EQ(p.GemmFlopsPerSecond(332, 1e5, 1e5), 989e12 * 0.832 / 2);
-  // Capacity the allocator may use: 150,754,820,096 * 0.95 - 536,870,912.
-  EXPECT_DOUBLE_EQ(p.AllocatorCapacityBytes(), 150'754'820'096.0 * 0.95 - 536'870'912.0);
+  const double peak = p.bf16_peak_flops, e = p.gemm_max_efficiency, half = p.gemm_half_efficiency_dim;
+  ASSERT_GT(half, 1);
+  // peak * max_efficiency * d / (d + half), d = min(m, n, k).
+  EXPECT_DOUBLE_EQ(p.GemmFlopsPerSecond(8192, 4096, 16384), peak * e * 4096 / (4096 + half));
+  EXPECT_DOUBLE_EQ(p.GemmFlopsPerSecond(half, 1e5, 1e5), peak * e / 2);
+  // Capacity the allocator may use: what the device reports x usable_fraction - the CUDA context.
+  EXPECT_DOUBLE_EQ(p.AllocatorCapacityBytes(), p.memory_bytes * p.usable_fraction - p.cuda_context_bytes);
 }
 
 TEST(CostModelTest, ComputeSecondsAddsTermsWithALaunchFloor) {
@@ -61,10 +65,10 @@ TEST(CostModelTest, ComputeSecondsAddsTermsWithALaunchFloor) {
   OpWork w;
   w.gemm_flops = 2e12;
   w.gemm_min_dim = 4096;
-  w.attention_flops = 6.01e11;  // forward at 601e12 FLOP/s: 1 ms
-  w.elementwise_bytes = 2.9708e9;  // at 4,244e9 * 0.7 = 2,970.8e9 B/s: 1 ms
+  w.attention_flops = p.attention_forward_flops_per_s * 1e-3;  // 1 ms of forward attention
+  w.elementwise_bytes = p.memory_bandwidth_bytes_per_s * p.elementwise_efficiency * 1e-3;  // 1 ms
   w.launches = 10;
-  const double gemm = 2e12 / (989e12 * 0.832 * 4096 / (4096 + 332));
+  const double gemm = 2e12 / p.GemmFlopsPerSecond(4096, 4096, 4096);
   EXPECT_NEAR(cost.ComputeSeconds(w), gemm + 1e-3 + 1e-3 + 10 * p.kernel_overhead_s, 1e-15);
   // The same seconds, term by term (what llmplan compare shows as the predicted split).
   const ComputeTerms terms = cost.ComputeTermSeconds(w);
@@ -72,29 +76,30 @@ TEST(CostModelTest, ComputeSecondsAddsTermsWithALaunchFloor) {
   EXPECT_NEAR(terms.attention, 1e-3, 1e-15);
   EXPECT_NEAR(terms.memory_bound, 1e-3, 1e-15);
   EXPECT_DOUBLE_EQ(terms.kernel_overhead, 10 * p.kernel_overhead_s);
-  EXPECT_DOUBLE_EQ(terms.launch_floor, 10 * 4e-6);
+  EXPECT_DOUBLE_EQ(terms.launch_floor, 10 * p.kernel_launch_s);
   EXPECT_EQ(terms.Seconds(), cost.ComputeSeconds(w));
-  // Backward attention at 308e12: 6.01e11 / 308e12.
+  // Backward attention at its own rate.
   w.attention_backward = true;
-  EXPECT_NEAR(cost.ComputeSeconds(w), gemm + 6.01e11 / 308e12 + 1e-3, 1e-15);
-  // Tiny work: 24 launches x 4 us = 96 us dominate.
+  EXPECT_NEAR(cost.ComputeSeconds(w),
+              gemm + w.attention_flops / p.attention_backward_flops_per_s + 1e-3 + 10 * p.kernel_overhead_s, 1e-15);
+  // Tiny work: 24 launches of host time dominate.
   OpWork tiny;
   tiny.elementwise_bytes = 1;
   tiny.launches = 24;
-  EXPECT_DOUBLE_EQ(cost.ComputeSeconds(tiny), 24 * 4e-6);
+  EXPECT_DOUBLE_EQ(cost.ComputeSeconds(tiny), 24 * p.kernel_launch_s);
   EXPECT_LT(cost.ComputeTermSeconds(tiny).DeviceSeconds(), cost.ComputeTermSeconds(tiny).launch_floor);
-  // Copies and the CPU optimizer: 55.5e9 B/s up, 55.4e9 B/s down, 1e9 params/s.
+  // Copies and the CPU optimizer: bytes or parameters over the profile's rates.
   StepOp up;
   up.kind = OpKind::kCopyToDevice;
-  up.work.copy_bytes = 55.5e9;
+  up.work.copy_bytes = p.host_to_device_bytes_per_s;
   EXPECT_DOUBLE_EQ(cost.Seconds(up), 1.0);
   StepOp down;
   down.kind = OpKind::kCopyToHost;
-  down.work.copy_bytes = 55.4e9;
+  down.work.copy_bytes = p.device_to_host_bytes_per_s;
   EXPECT_DOUBLE_EQ(cost.Seconds(down), 1.0);
   StepOp adam;
   adam.kind = OpKind::kCpuOptimizerStep;
-  adam.work.cpu_adam_params = 2e9;
+  adam.work.cpu_adam_params = 2 * p.cpu_adam_params_per_s;
   EXPECT_DOUBLE_EQ(cost.Seconds(adam), 2.0);
   // Kernels are priced as compute; a one-rank all-gather is a local cast, so it is too.
   StepOp gather;
