@@ -68,14 +68,14 @@ void CachingAllocatorModel::DropBlock(int b) {
 
 CachingAllocatorModel::FreeKey CachingAllocatorModel::KeyOf(int b) const {
   const Block& blk = blocks_[b];
-  return FreeKey{blk.stream, blk.size, blk.address, b};
+  return FreeKey{blk.size, blk.address, blk.stream, b};
 }
 
 // get_free_block: lower_bound of (stream, size) in the pool is the smallest
 // block of this stream that fits, the lowest-addressed one among equals.
 int CachingAllocatorModel::FindFreeBlock(int64_t size, int stream, Pool pool) {
-  std::set<FreeKey>& free_blocks = PoolOf(pool);
-  auto it = free_blocks.lower_bound(FreeKey{stream, size, std::numeric_limits<int64_t>::min(), -1});
+  FreeBlocks& free_blocks = PoolOf(pool);
+  auto it = free_blocks.lower_bound(FreeKey{size, std::numeric_limits<int64_t>::min(), stream, -1});
   if (it == free_blocks.end() || it->stream != stream) return -1;
   const int b = it->block;
   free_blocks.erase(it);
@@ -214,7 +214,7 @@ int64_t CachingAllocatorModel::EventsRecorded(int stream) const {
 // the pool. Neighbours that are allocated or still waiting for events stay
 // separate blocks.
 void CachingAllocatorModel::ReturnToPool(int b) {
-  std::set<FreeKey>& free_blocks = PoolOf(blocks_[b].pool);
+  FreeBlocks& free_blocks = PoolOf(blocks_[b].pool);
   auto is_free = [&](int n) { return n >= 0 && !blocks_[n].allocated && blocks_[n].pending_events == 0; };
 
   const int prev = blocks_[b].prev;
@@ -269,7 +269,7 @@ void CachingAllocatorModel::WaitForAllEvents() {
 // split, or merged back whole) can be cudaFree'd; a segment with any block in
 // use keeps all of it.
 void CachingAllocatorModel::ReleaseWhollyFreeSegments() {
-  for (std::set<FreeKey>* free_blocks : {&large_free_, &small_free_}) {
+  for (FreeBlocks* free_blocks : {&large_free_, &small_free_}) {
     for (auto it = free_blocks->begin(); it != free_blocks->end();) {
       const int b = it->block;
       const Block& blk = blocks_[b];

@@ -73,7 +73,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <set>
+#include <algorithm>
 #include <vector>
 
 namespace llmplan {
@@ -179,10 +179,10 @@ class CachingAllocatorModel {
   };
   // Key of a free block: the real pool's order, (stream, size, address).
   struct FreeKey {
-    int stream;
     int64_t size;
     int64_t address;
-    int block;
+    int stream;
+    int block;  // 24 bytes: the free sets move keys on every insert and erase
     bool operator<(const FreeKey& o) const;
   };
   struct Segment {
@@ -208,7 +208,27 @@ class CachingAllocatorModel {
 
   int NewBlock();
   void DropBlock(int b);
-  std::set<FreeKey>& PoolOf(Pool pool) { return pool == Pool::kSmall ? small_free_ : large_free_; }
+  // Free blocks of one pool in key order: a sorted vector, because a pool
+  // holds hundreds of blocks at most and a split, merge or reuse then costs a
+  // short memmove instead of a tree node's malloc and free (the plan search
+  // replays a step of ~10^4 allocations for every candidate that might fit).
+  class FreeBlocks {
+   public:
+    using iterator = std::vector<FreeKey>::iterator;
+    iterator begin() { return keys_.begin(); }
+    iterator end() { return keys_.end(); }
+    iterator lower_bound(const FreeKey& k) { return std::lower_bound(keys_.begin(), keys_.end(), k); }
+    void insert(const FreeKey& k) { keys_.insert(lower_bound(k), k); }
+    iterator erase(iterator it) { return keys_.erase(it); }
+    void erase(const FreeKey& k) {  // as std::set: nothing when k is absent
+      const iterator it = lower_bound(k);
+      if (it != keys_.end() && !(k < *it)) keys_.erase(it);
+    }
+
+   private:
+    std::vector<FreeKey> keys_;
+  };
+  FreeBlocks& PoolOf(Pool pool) { return pool == Pool::kSmall ? small_free_ : large_free_; }
   FreeKey KeyOf(int b) const;
   int FindFreeBlock(int64_t size, int stream, Pool pool);
   int AllocateSegment(int64_t segment_size, int stream, Pool pool);
@@ -224,7 +244,7 @@ class CachingAllocatorModel {
   std::vector<Block> blocks_;
   std::vector<int> unused_block_slots_;
   std::vector<Segment> segments_;
-  std::set<FreeKey> small_free_, large_free_;
+  FreeBlocks small_free_, large_free_;
   std::map<int, StreamEvents> events_;  // by stream
   int64_t next_address_;
 

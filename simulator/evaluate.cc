@@ -78,8 +78,7 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
     e.fits = false;
     e.why_not = reserved.out_of_memory
                     ? "the caching allocator runs out of memory even after freeing its cache"
-                    : "the caching allocator would free its cache and retry " + std::to_string(reserved.retries) +
-                          " time(s) per step (a device-wide stall each)";
+                    : "the caching allocator would free its cache and retry every step (a device-wide stall each time)";
   } else if (m.host_bytes > m.host_capacity_bytes) {
     e.fits = false;
     e.why_not = "host memory " + FormatBytes(m.host_bytes) + " per GPU exceeds " + FormatBytes(m.host_capacity_bytes) +

@@ -26,7 +26,8 @@ class Replay {
   ReservedMemory Run() {
     StartUp();
     ReservedMemory r;
-    for (int step = 0; step < kSteps; ++step) Step(step == 0, step == kSteps - 1 ? &r.reserved_after : nullptr);
+    for (int step = 0; step < kSteps && !Refused(); ++step)
+      Step(step == 0, step == kSteps - 1 ? &r.reserved_after : nullptr);
     r.peak_reserved = model_.peak_reserved_bytes();
     r.peak_allocated = model_.peak_allocated_bytes();
     r.segments = model_.num_segments();
@@ -36,6 +37,8 @@ class Replay {
   }
 
  private:
+  // A retry (the allocator freeing its cache) or running out refuses the plan.
+  bool Refused() const { return model_.num_alloc_retries() > 0 || model_.out_of_memory(); }
   int64_t Alloc(double bytes) { return bytes > 0 ? model_.Malloc(bytes, kComputeStream) : -1; }
   void Free(int64_t handle) {
     if (handle >= 0) model_.Free(handle);
@@ -103,6 +106,7 @@ class Replay {
       return op.micro_batch >= 2 && op.micro_batch < plan_.grad_accum - 1;
     };
     for (const StepOp& op : program_.ops) {
+      if (Refused()) break;  // the plan is out: the rest would only cost the search time
       const bool skipped = repeats(op);
       if (!workspaces && op.kind == OpKind::kForward && op.work.gemm_flops > 0) {
         // cuBLAS and cuBLASLt take their workspaces at the first GEMM and keep them.

@@ -26,10 +26,11 @@
 namespace llmplan {
 
 struct ReservedMemory {
-  double peak_reserved = 0;    // highest over the start-up and the step
+  double peak_reserved = 0;    // highest over the start-up and the steps
   double peak_allocated = 0;   // the allocator's own count, for checking against MemoryTimeline
-  std::vector<double> reserved_after;  // by op id
+  std::vector<double> reserved_after;  // by op id, in the last step (empty when the replay stopped early)
   int64_t segments = 0;        // cudaMalloc'd segments held at the end
+  // The replay stops at the first of these: either refuses the plan.
   int64_t retries = 0;         // cudaFree-everything-and-retry events (each stalls the device)
   bool out_of_memory = false;  // a request could not be met even after a retry
 };
