@@ -116,8 +116,8 @@ const std::map<std::string, ModelSpec>& Presets() {
     add(Make("mistral-7b", A::kMistral, 4096, 14336, 32, 8, 32, 32000, false, 10000, 1e-5, 32768));
     add(Make("qwen2.5-7b", A::kQwen2, 3584, 18944, 28, 4, 28, 152064, false, 1000000, 1e-6, 32768));
     add(Make("qwen2.5-14b", A::kQwen2, 5120, 13824, 40, 8, 48, 152064, false, 1000000, 1e-6, 32768));
-    // Llama-3.2-1B's shape with an untied head: the model of the FSDP2 reference
-    // measurements in shared/facts/h200-measured.md (1.50 B parameters).
+    // Llama-3.2-1B's shape with an untied head: the model of the PyTorch FSDP2
+    // reference measurements quoted in the README (1.50 B parameters).
     add(Make("llama3.2-1b-untied", A::kLlama, 2048, 8192, 32, 8, 16, 128256, false, 500000, 1e-5, 131072, 64));
     // Tiny models for CPU tests and demos. Vocabulary 512 covers the byte-level
     // tokenizer of `llmplan data prepare` (256 bytes + end-of-text).

@@ -1,6 +1,6 @@
 // Exact parameter counts (presets and Hugging Face config.json files) and the
 // PaLM model-FLOPs convention. Every expected value is written out as the
-// per-layer arithmetic from shared/facts/conventions.md:
+// per-layer arithmetic of Hugging Face's Llama/Mistral/Qwen2 modules:
 //   layer = h*(nh*hd) + 2*h*(kv*hd) + (nh*hd)*h + 3*h*i + 2*h  (+ nh*hd + 2*kv*hd for Qwen2)
 //   total = L*layer + V*h*(tied ? 1 : 2) + h
 #include <gtest/gtest.h>

@@ -5,8 +5,8 @@
 #
 #   tools/device/compare_fsdp2.sh PLAN.json [STEPS] [--compile]
 #
-# STEPS (default 13) includes 3 untimed warm-up steps on the FSDP2 side, as in
-# shared/facts/h200-measured.md. --compile adds a torch.compile-per-block FSDP2
+# STEPS (default 13) includes 3 untimed warm-up steps on the FSDP2 side, as the
+# FSDP2 reference figures quoted in the README were measured. --compile adds a torch.compile-per-block FSDP2
 # run. Results go to $OUT/compare/ when $OUT is set (they come back with the
 # device call): llmplan_run/ (metrics.jsonl, summary.json), llmplan.log,
 # fsdp2_eager.json [, fsdp2_compiled.json], compare.json.
