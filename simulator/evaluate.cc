@@ -1,6 +1,7 @@
 #include "simulator/evaluate.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace llmplan {
 
@@ -21,6 +22,13 @@ ReservedMemory ReplayAllocatorIfItCanFit(const Plan& plan, const HardwareProfile
 
 double AllocatorCapacity(const HardwareProfile& profile, const StepProgram& program) {
   return std::max(0.0, profile.memory_bytes - program.persistent.cuda_context - program.persistent.collective_buffers);
+}
+
+// "0.4%", "12%": a margin of a few tenths of a percent must not read "0%".
+static std::string MarginPercent(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof text, fraction < 0.1 ? "%.1f%%" : "%.0f%%", 100 * fraction);
+  return text;
 }
 
 Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile, const StepProgram& program,
@@ -67,9 +75,7 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
     e.fits = false;
     auto largest = *std::max_element(b.begin(), b.end(), [](auto& x, auto& y) { return x.second < y.second; });
     e.why_not = "device memory " + FormatBytes(m.device_peak_bytes) +
-                (m.margin_fraction > 0 ? " (+" + std::to_string(static_cast<int>(100 * m.margin_fraction + 0.5)) +
-                                             "% calibrated margin)"
-                                       : "") +
+                (m.margin_fraction > 0 ? " (+" + MarginPercent(m.margin_fraction) + " calibrated margin)" : "") +
                 " exceeds " + FormatBytes(m.capacity_bytes) + " by " + FormatBytes(needed - m.capacity_bytes) +
                 " (largest term: " + largest.first + " " + FormatBytes(largest.second) + ")";
   } else if (cuda && (reserved.retries > 0 || reserved.out_of_memory)) {
