@@ -30,18 +30,8 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t total_steps, bool pro
 void MetricsLog::WritePlanAndProgram(const Plan& plan, const StepProgram& program) {
   if (run_dir_.empty()) return;
   SavePlan(plan, run_dir_ + "/plan.json");
-  nlohmann::json ops = nlohmann::json::array();
-  for (const auto& op : program.ops)
-    ops.push_back({{"id", op.id},
-                   {"name", op.name},
-                   {"kind", OpKindName(op.kind)},
-                   {"stream", StreamName(op.stream)},
-                   {"group", CommGroupName(op.group)},
-                   {"unit", op.unit},
-                   {"micro_batch", op.micro_batch},
-                   {"deps", op.deps}});
   std::ofstream out(run_dir_ + "/program.json", std::ios::trunc);
-  out << nlohmann::json{{"ops", ops}, {"micro_batches", program.micro_batches}}.dump(1) << "\n";
+  out << StepProgramJson(program).dump(1) << "\n";
   if (!out) throw UserError("cannot write " + run_dir_ + "/program.json");
 }
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 namespace llmplan {
 
 std::string StreamName(StreamKind s) {
@@ -39,6 +41,20 @@ std::string OpKindName(OpKind k) {
     case OpKind::kCpuOptimizerStep: return "cpu_optimizer_step";
   }
   return "?";
+}
+
+nlohmann::json StepProgramJson(const StepProgram& program) {
+  nlohmann::json ops = nlohmann::json::array();
+  for (const StepOp& op : program.ops)
+    ops.push_back({{"id", op.id},
+                   {"name", op.name},
+                   {"kind", OpKindName(op.kind)},
+                   {"stream", StreamName(op.stream)},
+                   {"group", CommGroupName(op.group)},
+                   {"unit", op.unit},
+                   {"micro_batch", op.micro_batch},
+                   {"deps", op.deps}});
+  return {{"ops", ops}, {"micro_batches", program.micro_batches}};
 }
 
 std::string CommGroupName(CommGroup g) {

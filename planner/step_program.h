@@ -204,4 +204,9 @@ struct BlockActivationBytes {
 };
 BlockActivationBytes BlockActivations(const Plan& plan, const HardwareProfile& profile);
 
+// program.json, written by `llmplan run` beside op_times.jsonl and read back
+// by feedback/measured_run.h: {"ops": [{id, name, kind, stream, group, unit,
+// micro_batch, deps}...], "micro_batches": N}.
+nlohmann::json StepProgramJson(const StepProgram& program);
+
 }  // namespace llmplan

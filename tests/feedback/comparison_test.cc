@@ -74,16 +74,8 @@ std::string Line(const nlohmann::json& j) { return j.dump() + "\n"; }
 // kSlower x the simulation and kOffset above the predicted memory.
 void WriteRun(const testing::ScratchDir& dir, const Plan& plan, const Evaluation& ev, const FakeRun& fake) {
   SavePlan(plan, dir.File("plan.json"));
-  nlohmann::json ops = nlohmann::json::array();
-  for (const StepOp& op : ev.program.ops)
-    ops.push_back({{"id", op.id},
-                   {"name", op.name},
-                   {"kind", OpKindName(op.kind)},
-                   {"stream", StreamName(op.stream)},
-                   {"group", CommGroupName(op.group)},
-                   {"unit", op.unit},
-                   {"micro_batch", op.micro_batch},
-                   {"deps", op.deps}});
+  nlohmann::json program = StepProgramJson(ev.program);
+  nlohmann::json& ops = program["ops"];
   if (fake.extra_op)
     ops.push_back({{"id", ops.size()},
                    {"name", "mystery op"},
@@ -91,7 +83,7 @@ void WriteRun(const testing::ScratchDir& dir, const Plan& plan, const Evaluation
                    {"stream", "compute"},
                    {"unit", -1},
                    {"micro_batch", -1}});
-  dir.Write("program.json", nlohmann::json{{"ops", ops}}.dump());
+  dir.Write("program.json", program.dump());
 
   const size_t n = ops.size();
   const MemoryTimeline& mem = ev.memory;

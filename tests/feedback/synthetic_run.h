@@ -68,17 +68,7 @@ inline void WriteSyntheticRun(const std::string& dir, const Plan& plan, const St
                               const SyntheticTimes& t, const SyntheticRunOptions& o = {}) {
   std::filesystem::create_directories(dir);
   SavePlan(plan, dir + "/plan.json");
-  nlohmann::json ops = nlohmann::json::array();
-  for (const StepOp& op : program.ops)
-    ops.push_back({{"id", op.id},
-                   {"name", op.name},
-                   {"kind", OpKindName(op.kind)},
-                   {"stream", StreamName(op.stream)},
-                   {"group", CommGroupName(op.group)},
-                   {"unit", op.unit},
-                   {"micro_batch", op.micro_batch},
-                   {"deps", op.deps}});
-  std::ofstream(dir + "/program.json") << nlohmann::json{{"ops", ops}, {"micro_batches", program.micro_batches}}.dump();
+  std::ofstream(dir + "/program.json") << StepProgramJson(program).dump();
 
   // Memory as the plan's own profile predicts it (memory does not depend on
   // the time terms a test changes).
