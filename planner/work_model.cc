@@ -84,14 +84,18 @@ OpWork HeadForwardWork(const ActivationShape& a) {
   const double t = a.tokens, h = a.hidden, v = a.vocab;
   OpWork w;
   // The chunked cross-entropy computes the logits and both gradients here:
-  // logits = h W^T, d hidden = dlogits W, d W += dlogits^T h.
+  // logits = h W^T, d hidden = dlogits W, d W += dlogits^T h, one chunk of
+  // at most loss_chunk tokens at a time: the chunk's tokens are a GEMM side
+  // (the K of d W), so a long micro-batch does not make these GEMMs larger.
   w.gemm_flops = 3 * 2 * t * h * v;
-  w.gemm_min_dim = std::min(t, h);
-  // Per token of every chunk: the matmul's output (cV), its fp32 copy, the
-  // log-sum-exp's max, shift-and-exp and sum, softmax in place (sub, exp),
-  // the -1 at the target, the 1/N scale, the gradient's cast (cV + 4V); in
-  // fp32 the two casts vanish. Plus the final norm and zeroing d W.
-  const double per_vocab = z.c == 4 ? 44 : 3 * z.c + 48;
+  w.gemm_min_dim = std::min({t, h, std::max(1.0, a.loss_chunk)});
+  // Per token of every chunk, in fp32 unless said: the matmul's output (cV),
+  // its fp32 copy (cV + 4V); the log-sum-exp as LibTorch runs it: max (4V),
+  // (logits - max) into a temporary (8V), exp_ in place (8V), sum (4V);
+  // softmax in place (sub 8V, exp 8V), the -1 at the target, the 1/N scale
+  // (8V), the gradient's cast (4V + cV). In fp32 the two casts vanish. Plus
+  // the final norm and zeroing d W.
+  const double per_vocab = z.c == 4 ? 52 : 3 * z.c + 56;
   w.elementwise_bytes = t * (RmsNormBytes(z) + per_vocab * v) + z.c * v * h;
   const double chunks = std::ceil(t / std::max(1.0, a.loss_chunk));
   w.launches = kRmsNormLaunches + 3 + static_cast<int>(12 * chunks);

@@ -1,0 +1,45 @@
+// The work model against hand counts of what the executor's kernels do
+// (executor/loss/chunked_cross_entropy.cc for the head).
+#include "planner/work_model.h"
+
+#include <gtest/gtest.h>
+
+#include "planner/model_spec.h"
+
+namespace llmplan {
+namespace {
+
+// Llama-3.2-1B, 4 x 2048 tokens, bf16, chunks of 1024 tokens.
+ActivationShape Llama1B() { return ShapeOf(PresetModel("llama3.2-1b"), 4, 2048, 2, 1024, false); }
+
+TEST(WorkModelTest, HeadGemmsAreAsSmallAsOneLossChunk) {
+  // The chunked loss multiplies one chunk of tokens at a time: logits
+  // [chunk, hidden] x [hidden, vocab], d W += [vocab, chunk] x [chunk, hidden].
+  // The chunk (1024) is the GEMMs' smallest side, not the 8192 tokens or the 2048 hidden.
+  const ActivationShape a = Llama1B();
+  const OpWork w = HeadForwardWork(a);
+  EXPECT_EQ(w.gemm_min_dim, 1024);
+  EXPECT_DOUBLE_EQ(w.gemm_flops, 3 * 2 * a.tokens * a.hidden * a.vocab);
+  // A chunk longer than the micro-batch: the tokens are the smallest side.
+  ActivationShape short_batch = ShapeOf(PresetModel("qwen2.5-7b"), 1, 512, 2, 1024, false);
+  EXPECT_EQ(HeadForwardWork(short_batch).gemm_min_dim, 512);
+}
+
+TEST(WorkModelTest, HeadCountsEveryVocabularySizedPassOfTheLoss) {
+  // Per token and vocabulary entry, bf16: mm output 2, fp32 copy 2+4,
+  // log-sum-exp (max 4, logits - max 8, exp_ 8, sum 4), softmax in place
+  // (sub 8, exp 8), 1/N scale 8, cast back 4+2: 62 bytes. The final norm
+  // and zeroing d W are the rest.
+  const ActivationShape a = Llama1B();
+  const double vocab_bytes = 62 * a.tokens * a.vocab;
+  const double rest = HeadForwardWork(a).elementwise_bytes - vocab_bytes;
+  EXPECT_GT(rest, 0);
+  EXPECT_LT(rest, 0.05 * vocab_bytes);  // norm (~40 bytes x hidden per token) and d W (2 x vocab x hidden)
+  // fp32: the two casts vanish (52 bytes).
+  const ActivationShape f = ShapeOf(PresetModel("llama3.2-1b"), 4, 2048, 4, 1024, false);
+  EXPECT_GT(HeadForwardWork(f).elementwise_bytes, 52 * f.tokens * f.vocab);
+  EXPECT_LT(HeadForwardWork(f).elementwise_bytes, 1.05 * 52 * f.tokens * f.vocab);
+}
+
+}  // namespace
+}  // namespace llmplan
