@@ -1,9 +1,11 @@
 #include "feedback/measured_run.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
+#include <sstream>
 
 #include "planner/json_read.h"
 #include "planner/user_error.h"
@@ -44,8 +46,10 @@ std::vector<RecordedOp> ReadProgram(const std::string& path) {
 
 // Reads JSON lines; a torn last line (the run died mid-write) is dropped.
 std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UserError("cannot read " + path + ": is it a directory written by llmplan run?");
+  if (::access(path.c_str(), F_OK) != 0)
+    throw UserError("cannot read " + path + ": is it a directory written by llmplan run?");
+  // A long run's op_times.jsonl is tens of MiB; 1 GiB is no run's.
+  std::istringstream in(ReadInputFile(path, "run record", int64_t{1} << 30));
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) lines.push_back(line);

@@ -256,6 +256,9 @@ HardwareProfile LoadHardwareProfile(const std::string& name_or_path) {
   bool looks_like_path = name_or_path.find('/') != std::string::npos || path.extension() == ".json";
   if (!looks_like_path) path = std::filesystem::path(ProfilesDirectory()) / (name_or_path + ".json");
   if (!std::filesystem::is_regular_file(path, ec)) {
+    // Something that is there but not a file (/dev/zero, a FIFO) gets
+    // ReadJsonFile's answer, which says what it is.
+    if (looks_like_path && std::filesystem::exists(path, ec)) ReadJsonFile(path.string(), "profile");
     if (looks_like_path) throw UserError("profile '" + name_or_path + "' does not exist; check the path");
     std::string known;
     for (const auto& n : BuiltinProfileNames()) known += (known.empty() ? "" : ", ") + n;

@@ -1,6 +1,12 @@
 #include "planner/json_read.h"
 
-#include <fstream>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <sstream>
 
 namespace llmplan {
@@ -33,17 +39,61 @@ nlohmann::json ParseJson(const std::string& text, const std::string& what) {
   }
 }
 
+namespace {
+
+std::string FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+std::string MiB(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+}  // namespace
+
+std::string ReadInputFile(const std::string& path, const std::string& what, int64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer
+  // forever; it does not change reads from a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw UserError(what + ": cannot read '" + path + "' (" + std::strerror(errno) + "); check the path");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) throw UserError(what + ": cannot stat '" + path + "' (" + std::strerror(errno) + ")");
+  // /dev/zero, a FIFO or a terminal never ends (or ends when someone else
+  // decides): only a file on disk has a size to check.
+  if (!S_ISREG(st.st_mode))
+    throw UserError(what + ": '" + path + "' is " + FileKind(st.st_mode) + ", not a regular file; pass the path of a " + what + " file");
+  const std::string too_big = what + ": '" + path + "' is over " + MiB(max_bytes) + "; is this the right file?";
+  if (st.st_size > max_bytes) throw UserError(too_big);
+  // Read at most max_bytes + 1 whatever the size said: a file that grows while
+  // it is read, or a /proc file that reports size 0, stays bounded.
+  std::string text;
+  text.resize(static_cast<size_t>(std::min<int64_t>(max_bytes, std::max<int64_t>(st.st_size, 4096)) + 1));
+  size_t filled = 0;
+  for (;;) {
+    if (filled == text.size()) {
+      if (static_cast<int64_t>(filled) > max_bytes) throw UserError(too_big);
+      text.resize(static_cast<size_t>(std::min<int64_t>(max_bytes + 1, static_cast<int64_t>(text.size()) * 2)));
+    }
+    const ssize_t n = ::read(fd, text.data() + filled, text.size() - filled);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw UserError(what + ": cannot read '" + path + "' (" + std::strerror(errno) + ")");
+    if (n == 0) break;
+    filled += static_cast<size_t>(n);
+  }
+  if (static_cast<int64_t>(filled) > max_bytes) throw UserError(too_big);
+  text.resize(filled);
+  return text;
+}
+
 nlohmann::json ReadJsonFile(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(what + ": cannot read '" + path + "'; check the path");
-  in.seekg(0, std::ios::end);
-  std::streamoff size = in.tellg();
-  if (size < 0) throw UserError(what + ": '" + path + "' is not a regular file");
-  if (size > (64 << 20)) throw UserError(what + ": '" + path + "' is over 64 MiB; is this the right file?");
-  in.seekg(0);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ParseJson(buffer.str(), what + " '" + path + "'");
+  return ParseJson(ReadInputFile(path, what, kMaxJsonFileBytes), what + " '" + path + "'");
 }
 
 JsonObject::JsonObject(const nlohmann::json& j, std::string context) : j_(j), context_(std::move(context)) {

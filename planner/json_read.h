@@ -16,7 +16,21 @@ namespace llmplan {
 
 // Parses `text` as JSON. Throws UserError("<what>: not valid JSON (...)").
 nlohmann::json ParseJson(const std::string& text, const std::string& what);
-// Reads and parses a file. Throws UserError if it cannot be read or parsed.
+
+// The largest JSON file read (config.json, plan, profile, step program): the
+// biggest real one is a few MiB; the limit keeps a wrong path from filling memory.
+inline constexpr int64_t kMaxJsonFileBytes = int64_t{64} << 20;
+
+// The whole of a regular file of at most `max_bytes`. Never blocks on a FIFO
+// and never reads past max_bytes + 1, so /dev/zero, a FIFO, a directory or a
+// huge file fail at once.
+// REQUIRES: max_bytes >= 0. Throws UserError("<what>: '<path>' is a FIFO, not
+// a regular file; ...") and the like when the path is missing, unreadable, not
+// a regular file or over max_bytes.
+std::string ReadInputFile(const std::string& path, const std::string& what, int64_t max_bytes);
+
+// Reads (ReadInputFile, at most kMaxJsonFileBytes) and parses a file.
+// Throws UserError if it cannot be read or parsed.
 nlohmann::json ReadJsonFile(const std::string& path, const std::string& what);
 
 // A JSON object together with a name for error messages ("profile h200-sxm.json: memory").
