@@ -72,6 +72,11 @@ void NormaliseGrouping(Plan& plan) {
   }
 }
 
+int64_t MaxGradAccum(const ModelSpec& model) {
+  constexpr int64_t kMaxUnitPassesPerStep = int64_t{1} << 18;
+  return std::clamp<int64_t>(kMaxUnitPassesPerStep / std::max<int64_t>(model.layers + 2, 1), 1, 65536);
+}
+
 void Plan::Validate() const {
   model.Validate();
   auto fail = [](const std::string& m) { throw UserError("plan: " + m); };
@@ -83,8 +88,18 @@ void Plan::Validate() const {
   if (strategy == ShardingStrategy::kHybridShard && (shard_group_size == 1 || shard_group_size == gpus) && gpus > 1)
     fail("hybrid_shard needs 1 < shard_group_size < gpus; use full_shard or no_shard otherwise");
   if (seq_len < 1 || seq_len > (int64_t{1} << 22)) fail("seq_len must be between 1 and 4194304");
+  // Positions past the model's maximum were never trained: the model's own
+  // code (and Hugging Face's) is not meant to run there.
+  if (seq_len > model.max_seq)
+    fail("seq_len " + std::to_string(seq_len) + " is above " + model.name + "'s max_position_embeddings (" +
+         std::to_string(model.max_seq) + "); plan again with --seq " + std::to_string(model.max_seq) +
+         " or less, or raise max_position_embeddings in the model's config.json");
   if (micro_batch < 1 || micro_batch > 65536) fail("micro_batch must be between 1 and 65536");
   if (grad_accum < 1 || grad_accum > 65536) fail("grad_accum must be between 1 and 65536");
+  if (grad_accum > MaxGradAccum(model))
+    fail("grad_accum " + std::to_string(grad_accum) + " is over " + std::to_string(MaxGradAccum(model)) +
+         ", the most micro-batches a step of " + model.name + " may hold (each one is simulated); raise micro_batch "
+         "and lower grad_accum");
   // Each factor is bounded, their product is not: keep TokensPerStep() in int64.
   if (static_cast<double>(GlobalBatch()) * static_cast<double>(seq_len) > 9007199254740992.0)  // 2^53
     fail("micro_batch x grad_accum x gpus x seq_len is over 2^53 tokens per step");

@@ -108,6 +108,13 @@ std::vector<bool> ChooseCheckpointLayers(const std::vector<LayerCheckpointCost>&
 // Search
 // ---------------------------------------------------------------------------
 
+int64_t SearchGradAccumLimit(const ModelSpec& model) {
+  // 2^14 unit-passes: about 0.3 s and 120 MB to simulate one plan of an 8B
+  // model, ~30 plans per micro-batch.
+  const int64_t passes = (int64_t{1} << 14) / std::max<int64_t>(model.layers + 2, 1);
+  return std::min(MaxGradAccum(model), std::max<int64_t>(passes, 1));
+}
+
 namespace {
 
 struct Choice {
@@ -118,22 +125,18 @@ struct Choice {
   Offload offload;
 };
 
-std::vector<int64_t> Divisors(int64_t n) {
-  std::vector<int64_t> d;
-  for (int64_t i = 1; i * i <= n; ++i)
-    if (n % i == 0) {
-      d.push_back(i);
-      if (i != n / i) d.push_back(n / i);
-    }
-  std::sort(d.begin(), d.end());
-  return d;
-}
+// The largest micro-batch the search tries when none is pinned.
+constexpr int64_t kSearchMaxMicroBatch = 256;
+
 
 class Searcher {
  public:
   Searcher(const SearchRequest& r, const HardwareProfile& p, const PlanEvaluator& e) : req_(r), profile_(p), eval_(e) {}
 
   int evaluated = 0;
+  // Some micro-batch was left out because it needs more than
+  // SearchGradAccumLimit micro-batches per step.
+  mutable bool untried_micro_batches = false;
 
   Plan BasePlan(int gpus) const {
     Plan plan;
@@ -188,17 +191,37 @@ class Searcher {
                         std::to_string(gpus) + " GPUs; use a multiple such as " +
                         std::to_string(req_.global_batch / gpus * gpus +
                                        (req_.global_batch / gpus * gpus <= std::numeric_limits<int64_t>::max() - gpus ? gpus : 0)));
-      int64_t per_gpu = req_.global_batch / gpus;
-      for (int64_t mb : Divisors(per_gpu)) {
-        if (mb > 256) break;
-        if (per_gpu / mb > 65536) continue;  // over Plan's grad_accum limit: a larger micro-batch may do
+      const int64_t per_gpu = req_.global_batch / gpus;
+      // A step of grad_accum micro-batches is simulated op by op, so its cost
+      // grows with grad_accum: the search tries at most kSearchGradAccum of
+      // them (about 0.3 s per plan for an 8B model), a pinned grad_accum up
+      // to Plan's MaxGradAccum.
+      const int64_t max_ga = req_.grad_accum ? MaxGradAccum(req_.model) : SearchGradAccumLimit(req_.model);
+      const int64_t max_mb = req_.micro_batch ? *req_.micro_batch : kSearchMaxMicroBatch;
+      if (per_gpu / max_mb > max_ga)  // also keeps the request's size out of every loop below
+        throw UserError("--global-batch " + std::to_string(req_.global_batch) + " on " + std::to_string(gpus) +
+                        (gpus == 1 ? " GPU is " : " GPUs is ") + std::to_string(per_gpu) + " sequences per GPU per step, over the " +
+                        std::to_string(max_mb * max_ga) + " the search can try for " + req_.model.name +
+                        " (micro-batch <= " + std::to_string(max_mb) + " x grad-accum <= " + std::to_string(max_ga) +
+                        "); use a smaller --global-batch or more --gpus");
+      for (int64_t mb = 1; mb <= max_mb; ++mb) {
+        if (per_gpu % mb != 0) continue;
+        if (per_gpu / mb > max_ga) {  // a larger micro-batch may do
+          untried_micro_batches = true;
+          continue;
+        }
         if (req_.micro_batch && mb != *req_.micro_batch) continue;
         if (req_.grad_accum && per_gpu / mb != *req_.grad_accum) continue;
         batches.emplace_back(mb, per_gpu / mb);
       }
-      if (batches.empty())
+      if (batches.empty() && (req_.micro_batch || req_.grad_accum))
         throw UserError("no micro-batch x grad-accum gives " + std::to_string(per_gpu) +
                         " sequences per GPU with the pinned values; change --micro-batch, --grad-accum or --global-batch");
+      if (batches.empty())
+        throw UserError("no micro-batch <= " + std::to_string(max_mb) + " splits the " + std::to_string(per_gpu) +
+                        " sequences per GPU into at most " + std::to_string(max_ga) +
+                        " micro-batches; use a --global-batch with small factors (a multiple of " +
+                        std::to_string(gpus * 64) + "), or pin --micro-batch and --grad-accum");
     } else {
       int64_t ga = req_.grad_accum.value_or(1);
       if (req_.micro_batch) {
@@ -368,6 +391,11 @@ std::string SlowerReason(const Estimate& alt, const Estimate& best) {
 SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profile, const PlanEvaluator& evaluate) {
   req.model.Validate();
   if (req.seq_len < 1 || req.seq_len > (int64_t{1} << 22)) throw UserError("--seq must be between 1 and 4194304");
+  if (req.seq_len > req.model.max_seq)
+    throw UserError("--seq " + std::to_string(req.seq_len) + " is above " + req.model.name +
+                    "'s max_position_embeddings (" + std::to_string(req.model.max_seq) + "): use --seq " +
+                    std::to_string(req.model.max_seq) + " or less, or a config.json with a larger "
+                    "max_position_embeddings");
   if (req.global_batch < 0) throw UserError("--global-batch must be positive");
   if (req.micro_batch && (*req.micro_batch < 1 || *req.micro_batch > 65536))
     throw UserError("--micro-batch must be between 1 and 65536");
@@ -439,6 +467,10 @@ SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profil
       result.best = at.infeasible.front();
       result.why_none = "nothing fits: the closest plan (" + Describe(result.best.plan) + ") needs " +
                         result.best.why_not;
+      if (searcher.untried_micro_batches)
+        result.why_none += " (smaller micro-batches need over " + std::to_string(SearchGradAccumLimit(req.model)) +
+                           " micro-batches per step and were not tried: pin --micro-batch and --grad-accum to "
+                           "plan one)";
     } else if (req.gpus > 0) {  // no candidate at all: the pins exclude every plan
       result.why_none = "no plan on " + std::to_string(req.gpus) +
                         " GPUs matches the pinned choices (hybrid_shard needs a shard group strictly between 1 and "

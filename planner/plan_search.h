@@ -66,8 +66,14 @@ struct SearchResult {
   std::string why_none;      // when !found
 };
 
+// The most micro-batches per step the search tries when grad_accum is not
+// pinned (a pinned one may go up to MaxGradAccum): each is simulated op by op,
+// so the limit keeps any search to seconds. 481 for an 8B model of 32 blocks.
+int64_t SearchGradAccumLimit(const ModelSpec& model);
+
 // REQUIRES: request.model is valid. Throws UserError for contradictory pins
-// (e.g. a global batch that is not a multiple of gpus x micro_batch).
+// (e.g. a global batch that is not a multiple of gpus x micro_batch), and for
+// a global batch over gpus x micro-batch limit x grad-accum limit sequences.
 SearchResult SearchPlans(const SearchRequest& request, const HardwareProfile& profile,
                          const PlanEvaluator& evaluate);
 

@@ -3,6 +3,7 @@
 // G = shard group size, shard = padded / G, bf16 = 2 bytes, fp32 = 4 bytes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "planner/memory_timeline.h"
@@ -25,7 +26,7 @@ Plan MakePlan(const std::string& model, int gpus, ShardingStrategy s, int group 
   p.strategy = s;
   p.shard_group_size = group;
   p.offload = o;
-  p.seq_len = 8192;
+  p.seq_len = std::min<int64_t>(8192, p.model.max_seq);
   p.micro_batch = 1;
   p.grad_accum = 2;
   NormaliseGrouping(p);

@@ -283,8 +283,10 @@ TEST(PlanSearchTest, MicroBatchOneOverTheGradAccumLimitIsSkippedNotFatal) {
   // 65,542 sequences per GPU = 2 x 32,771 (a prime): micro-batch 1 would need
   // grad_accum 65,542 (> Plan's 65,536), micro-batch 2 needs 32,771, and no
   // other divisor is <= 256. The search used to abort on the first with
-  // "plan: grad_accum must be between 1 and 65536".
+  // "plan: grad_accum must be between 1 and 65536". (The search tries at most
+  // SearchGradAccumLimit micro-batches unless grad_accum is pinned, as here.)
   auto r = Request("tiny-llama", "cpu", 1, 16, 65542);
+  r.grad_accum = 32771;
   r.strategy = ShardingStrategy::kFullShard;
   r.offload = Offload::kNone;
   r.checkpoint_layers = std::vector<int>{};

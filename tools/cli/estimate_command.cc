@@ -1,5 +1,6 @@
 // llmplan estimate: the planner. Answers "will it fit, how, how fast, at what
 // cost" for a model on a number of GPUs, and writes the chosen plan.
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <limits>
@@ -23,12 +24,12 @@ struct EstimateOptions {
   std::string model;
   std::string gpus = "8";
   std::string gpu = "h100-sxm-80g";
-  int64_t seq = 4096;
   int64_t global_batch = 0;
   double global_batch_tokens = 0;
   std::string strategy, checkpoint_layers, offload;
   static constexpr int64_t kUnpinned = std::numeric_limits<int64_t>::min();  // no value a user can type
   int64_t micro_batch = kUnpinned, grad_accum = kUnpinned, shard_group = kUnpinned;
+  int64_t seq = kUnpinned;  // 4096, or the model's max_position_embeddings when smaller
   int gpus_per_node = 0, max_gpus = 16384, prefetch = 1;
   double train_tokens = 0, target_days = 0;
   double host_memory_gib = 0;
@@ -60,15 +61,16 @@ void Run(const EstimateOptions& o) {
   req.gpus_per_node = o.gpus_per_node;
   if (o.host_memory_gib < 0 || o.host_memory_gib > 1e6) throw UserError("--host-memory must be between 0 and 1000000 GiB");
   req.host_memory_per_node_bytes = o.host_memory_gib * 1073741824.0;
-  if (o.seq < 1 || o.seq > (int64_t{1} << 22)) throw UserError("--seq must be between 1 and 4194304");
-  req.seq_len = o.seq;
+  const int64_t seq = o.seq != EstimateOptions::kUnpinned ? o.seq : std::min<int64_t>(4096, req.model.max_seq);
+  if (seq < 1 || seq > (int64_t{1} << 22)) throw UserError("--seq must be between 1 and 4194304");
+  req.seq_len = seq;
   if (o.global_batch < 0 || o.global_batch_tokens < 0) throw UserError("--global-batch must be positive");
   req.global_batch = o.global_batch;
   if (o.global_batch_tokens > 0) {
     if (o.global_batch > 0) throw UserError("give --global-batch or --global-batch-tokens, not both");
-    double seqs = o.global_batch_tokens / static_cast<double>(o.seq);
-    if (seqs < 1 || seqs != static_cast<double>(static_cast<int64_t>(seqs)))
-      throw UserError("--global-batch-tokens must be a whole multiple of --seq (" + std::to_string(o.seq) + ")");
+    double seqs = o.global_batch_tokens / static_cast<double>(seq);
+    if (seqs < 1 || seqs > 9e18 || seqs != static_cast<double>(static_cast<int64_t>(seqs)))
+      throw UserError("--global-batch-tokens must be a whole multiple of --seq (" + std::to_string(seq) + ")");
     req.global_batch = static_cast<int64_t>(seqs);
   }
   if (o.train_tokens < 0 || o.target_days < 0) throw UserError("--train-tokens and --target-days must be positive");
@@ -173,7 +175,7 @@ void AddEstimateCommand(CLI::App& app) {
   cmd->add_option("--model", o->model, "Preset name (llama3-8b, ...) or path to a Hugging Face config.json")->required();
   cmd->add_option("--gpus", o->gpus, "Number of GPUs, or 'auto' for the fewest that fit")->capture_default_str();
   cmd->add_option("--gpu", o->gpu, "Hardware profile name (profiles/*.json) or path")->capture_default_str();
-  cmd->add_option("--seq", o->seq, "Sequence length in tokens")->capture_default_str();
+  cmd->add_option("--seq", o->seq, "Sequence length in tokens (default: 4096, or the model's maximum if smaller)");
   cmd->add_option("--global-batch", o->global_batch, "Sequences per optimizer step over all GPUs (default: free)");
   cmd->add_option("--global-batch-tokens", o->global_batch_tokens, "Tokens per optimizer step (alternative form)");
   cmd->add_option("--strategy", o->strategy, "Pin: full_shard | shard_grad_op | no_shard | hybrid_shard");
