@@ -32,7 +32,8 @@ void FitCompute(const std::vector<CalibrationRun>& runs, HardwareProfile& profil
 // Every (link, collective) curve the runs measured.
 void FitCollectives(const std::vector<CalibrationRun>& runs, HardwareProfile& profile, Calibration& out);
 
-// host.host_to_device_bytes_per_s, device_to_host_bytes_per_s and cpu_adam_params_per_s.
+// host.host_to_device_bytes_per_s, device_to_host_bytes_per_s, and the CPU
+// AdamW rates alone and shared (cpu_adam_alone_params_per_s, cpu_adam_params_per_s).
 void FitCopiesAndCpuOptimizer(const std::vector<CalibrationRun>& runs, HardwareProfile& profile, Calibration& out);
 
 // host.step_overhead_s: the measured steps' wall time beyond their last op.

@@ -2,6 +2,7 @@
 // collective curves, the host<->device copy rates and the CPU AdamW rate.
 // Each is fitted by relative error, like the compute terms.
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "feedback/calibration_fits.h"
@@ -66,6 +67,55 @@ void RecordRate(const char* field, const char* unit, const char* missing, const 
   if (rate > 0) value = std::min(rate, 1e18);
   out.terms.push_back({field, rate > 0, before, value, rate > 0 ? "from " + OpsInRuns(ops, rows.runs) : missing});
   if (rate > 0) out.coefficients[field] = {{unit, rate}, {"ops", ops}};
+}
+
+// host.cpu_adam_alone_params_per_s from the runs whose process had the host
+// to itself, host.cpu_adam_params_per_s from those that shared it. The two
+// differ by how much more of the host several processes use than one, which
+// the profile measured (llmplan profile runs AdamW alone and on every GPU at
+// once); runs that exercise only one of them scale the other by the same
+// factor, keeping that measured ratio: a one-GPU run's AdamW, slower in a
+// step than in the profile's loop, says the host's summed rate is too.
+void FitCpuAdamRates(const RateRows& alone, const RateRows& shared, HardwareProfile& profile, Calibration& out) {
+  const double alone_before = profile.cpu_adam_alone_params_per_s, shared_before = profile.cpu_adam_params_per_s;
+  const double alone_rate = FitRate(alone), shared_rate = FitRate(shared);
+  const char* missing = "no run offloads the optimizer to the CPU";
+  if (alone_rate <= 0 && shared_rate <= 0) {
+    out.terms.push_back({"host.cpu_adam_alone_params_per_s", false, alone_before, alone_before, missing});
+    out.terms.push_back({"host.cpu_adam_params_per_s", false, shared_before, shared_before, missing});
+    return;
+  }
+  auto fitted = [&](const char* field, double rate, const RateRows& rows) {
+    out.coefficients[field] = {{"params_per_s", rate}, {"ops", rows.seconds.size()}};
+    return "from " + OpsInRuns(static_cast<int>(rows.seconds.size()), rows.runs);
+  };
+  auto scaled = [](double factor, const char* why) {
+    char text[200];
+    std::snprintf(text, sizeof text, "scaled by the other rate's fitted factor %.4g: %s", factor, why);
+    return std::string(text);
+  };
+  std::string alone_note, shared_note;
+  if (alone_rate > 0) {
+    profile.cpu_adam_alone_params_per_s = std::min(alone_rate, 1e18);
+    alone_note = fitted("host.cpu_adam_alone_params_per_s", alone_rate, alone);
+  }
+  if (shared_rate > 0) {
+    profile.cpu_adam_params_per_s = std::min(shared_rate, 1e18);
+    shared_note = fitted("host.cpu_adam_params_per_s", shared_rate, shared);
+  }
+  if (alone_rate <= 0) {
+    const double factor = profile.cpu_adam_params_per_s / shared_before;
+    profile.cpu_adam_alone_params_per_s = std::min(alone_before * factor, 1e18);
+    alone_note = scaled(factor, "no run's process had the host to itself");
+  }
+  if (shared_rate <= 0) {
+    const double factor = profile.cpu_adam_alone_params_per_s / alone_before;
+    profile.cpu_adam_params_per_s = std::min(shared_before * factor, 1e18);
+    shared_note = scaled(factor, "no run's processes shared the host");
+  }
+  out.terms.push_back(
+      {"host.cpu_adam_alone_params_per_s", true, alone_before, profile.cpu_adam_alone_params_per_s, alone_note});
+  out.terms.push_back({"host.cpu_adam_params_per_s", true, shared_before, profile.cpu_adam_params_per_s, shared_note});
 }
 
 }  // namespace
@@ -159,7 +209,7 @@ void FitCollectives(const std::vector<CalibrationRun>& runs, HardwareProfile& pr
 }
 
 void FitCopiesAndCpuOptimizer(const std::vector<CalibrationRun>& runs, HardwareProfile& profile, Calibration& out) {
-  RateRows to_device, to_host, adam;
+  RateRows to_device, to_host, adam, adam_alone;
   for (const CalibrationRun& run : runs) {
     // When both directions share one link, each runs at half speed while
     // both run (simulator.h): a copy that spent w of its y seconds beside
@@ -167,7 +217,7 @@ void FitCopiesAndCpuOptimizer(const std::vector<CalibrationRun>& runs, HardwareP
     const std::vector<double> beside_d2h = MeanSecondsBeside(run, {StreamKind::kDeviceToHost});
     const std::vector<double> beside_h2d = MeanSecondsBeside(run, {StreamKind::kHostToDevice});
     const double shared = profile.copies_share_link ? 0.5 : 0.0;
-    int used[3] = {0, 0, 0};
+    int used[4] = {0, 0, 0, 0};
     for (const StepOp& op : run.program.ops) {
       const double y = run.measured.MeanSeconds(op.id);
       if (!(y > 0)) continue;
@@ -184,12 +234,17 @@ void FitCopiesAndCpuOptimizer(const std::vector<CalibrationRun>& runs, HardwareP
           to_host.target.push_back(1 - shared * beside_h2d[op.id] / y);
           used[1] = 1;
           break;
-        case OpKind::kCpuOptimizerStep:
-          adam.work.push_back(op.work.cpu_adam_params * op.work.host_sharers);
-          adam.seconds.push_back(y);
-          adam.target.push_back(1);
-          used[2] = 1;
+        case OpKind::kCpuOptimizerStep: {
+          // Alone, the process has the host to itself; beside others, each
+          // has its share of the host's summed rate (cost_model.cc).
+          const bool alone = op.work.host_sharers <= 1;
+          RateRows& rows = alone ? adam_alone : adam;
+          rows.work.push_back(op.work.cpu_adam_params * (alone ? 1 : op.work.host_sharers));
+          rows.seconds.push_back(y);
+          rows.target.push_back(1);
+          used[alone ? 3 : 2] = 1;
           break;
+        }
         default:
           break;
       }
@@ -197,13 +252,13 @@ void FitCopiesAndCpuOptimizer(const std::vector<CalibrationRun>& runs, HardwareP
     to_device.runs += used[0];
     to_host.runs += used[1];
     adam.runs += used[2];
+    adam_alone.runs += used[3];
   }
   RecordRate("host.host_to_device_bytes_per_s", "bytes_per_s", "the runs copy nothing host to device (no offload)",
              to_device, profile.host_to_device_bytes_per_s, out);
   RecordRate("host.device_to_host_bytes_per_s", "bytes_per_s", "the runs copy nothing device to host (no offload)",
              to_host, profile.device_to_host_bytes_per_s, out);
-  RecordRate("host.cpu_adam_params_per_s", "params_per_s", "no run offloads the optimizer to the CPU", adam,
-             profile.cpu_adam_params_per_s, out);
+  FitCpuAdamRates(adam_alone, adam, profile, out);
 }
 
 }  // namespace llmplan::calibration

@@ -46,7 +46,8 @@ double CostModel::Seconds(const StepOp& op) const {
       return profile_.CollectiveSeconds(w.collective, w.collective_bytes, w.group_size, w.spans_nodes);
     case OpKind::kCopyToDevice: return w.copy_bytes / profile_.host_to_device_bytes_per_s;
     case OpKind::kCopyToHost: return w.copy_bytes / profile_.device_to_host_bytes_per_s;
-    case OpKind::kCpuOptimizerStep:  // the host's rate, split among the processes running at once
+    case OpKind::kCpuOptimizerStep:  // one process alone, or the host's rate split among those running at once
+      if (w.host_sharers <= 1) return w.cpu_adam_params / profile_.cpu_adam_alone_params_per_s;
       return w.cpu_adam_params * w.host_sharers / profile_.cpu_adam_params_per_s;
     default: return 0;  // a release hands memory back; it takes no time
   }

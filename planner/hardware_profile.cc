@@ -93,6 +93,7 @@ void HardwareProfile::Validate() const {
   positive(host_to_device_bytes_per_s, "host.host_to_device_bytes_per_s");
   positive(device_to_host_bytes_per_s, "host.device_to_host_bytes_per_s");
   positive(cpu_adam_params_per_s, "host.cpu_adam_params_per_s");
+  positive(cpu_adam_alone_params_per_s, "host.cpu_adam_alone_params_per_s");
   if (AllocatorCapacityBytes() <= 0)
     throw UserError("profile " + name + ": cuda_context_bytes leaves no usable device memory");
   if (gpus_per_node < 1) throw UserError("profile " + name + ": topology.gpus_per_node must be at least 1");
@@ -186,6 +187,8 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   p.device_to_host_bytes_per_s = host.NumberIn("device_to_host_bytes_per_s", 1, kMaxRate);
   p.copies_share_link = host.Bool("copies_share_link", false);
   p.cpu_adam_params_per_s = host.NumberIn("cpu_adam_params_per_s", 1, kMaxRate);
+  // A profile that measured only one rate uses it for both.
+  p.cpu_adam_alone_params_per_s = host.NumberIn("cpu_adam_alone_params_per_s", 1, kMaxRate, p.cpu_adam_params_per_s);
   p.step_overhead_s = host.NumberIn("step_overhead_s", 0, 3600, 0);
 
   JsonObject topo = root.Object("topology");
@@ -228,6 +231,7 @@ nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
             {"device_to_host_bytes_per_s", p.device_to_host_bytes_per_s},
             {"copies_share_link", p.copies_share_link},
             {"cpu_adam_params_per_s", p.cpu_adam_params_per_s},
+            {"cpu_adam_alone_params_per_s", p.cpu_adam_alone_params_per_s},
             {"step_overhead_s", p.step_overhead_s}}},
           {"topology", {{"gpus_per_node", p.gpus_per_node}}},
           {"collectives", {{"intra_node", LinkToJson(p.intra_node)}, {"inter_node", LinkToJson(p.inter_node)}}},

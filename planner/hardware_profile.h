@@ -81,6 +81,10 @@ struct HardwareProfile {
   // CPU AdamW (offload): the whole host's rate with every GPU's process
   // running at once, summed; a plan's processes on one node split it.
   double cpu_adam_params_per_s = 0;
+  // One process alone on the host (a plan with one GPU per node). Not the
+  // summed rate: on the H200 host one process on all 32 threads ran 4.48 G
+  // params/s, two on 16 threads each 2 x 2.37 (llmplan profile measures both).
+  double cpu_adam_alone_params_per_s = 0;
   // Host time per step outside the step program: taking the step's batches
   // from the loader, the end-of-step synchronisation and logging.
   double step_overhead_s = 0;

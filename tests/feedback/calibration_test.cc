@@ -38,6 +38,7 @@ HardwareProfile TrueProfile() {
   p.host_to_device_bytes_per_s *= 0.8;
   p.device_to_host_bytes_per_s *= 0.9;
   p.cpu_adam_params_per_s *= 0.6;
+  p.cpu_adam_alone_params_per_s *= 0.6;
   p.step_overhead_s = 3e-3;
   return p;
 }
@@ -112,7 +113,9 @@ TEST(CalibrationTest, RecoversTheTrueProfileAndPredictsHeldOutRuns) {
                        "slowdown");
   ExpectRelativelyNear(p.host_to_device_bytes_per_s, truth.host_to_device_bytes_per_s, kTolerance, "h2d");
   ExpectRelativelyNear(p.device_to_host_bytes_per_s, truth.device_to_host_bytes_per_s, kTolerance, "d2h");
-  ExpectRelativelyNear(p.cpu_adam_params_per_s, truth.cpu_adam_params_per_s, kTolerance, "cpu adam");
+  // The one offload run has its host alone; the shared rate moves with it.
+  ExpectRelativelyNear(p.cpu_adam_alone_params_per_s, truth.cpu_adam_alone_params_per_s, kTolerance, "cpu adam");
+  ExpectRelativelyNear(p.cpu_adam_params_per_s, truth.cpu_adam_params_per_s, kTolerance, "cpu adam shared");
   ExpectRelativelyNear(p.step_overhead_s, truth.step_overhead_s, kTolerance, "step overhead");
   ASSERT_EQ(p.intra_node.all_gather.points.size(), truth.intra_node.all_gather.points.size());
   for (size_t i = 0; i < p.intra_node.all_gather.points.size(); ++i)
@@ -135,6 +138,33 @@ TEST(CalibrationTest, RecoversTheTrueProfileAndPredictsHeldOutRuns) {
   EXPECT_EQ(p.name, "h200-sxm-calibrated");
   EXPECT_NE(p.source.find(fitted.front().measured.dir), std::string::npos);
   EXPECT_NE(p.source.find("llama3.2-1b"), std::string::npos);
+}
+
+// CPU AdamW alone on the host and shared by two processes are two rates; a
+// run of each kind fits each, and a run of one kind moves the other by the
+// same factor (the ratio the profile measured stays).
+TEST(CalibrationTest, FitsCpuAdamAloneAndSharedFromTheRunsThatRanThem) {
+  ScratchDir dir;
+  const HardwareProfile start = Profile("h200-sxm");
+  ASSERT_NE(start.cpu_adam_alone_params_per_s, start.cpu_adam_params_per_s) << "h200-sxm measured both";
+  HardwareProfile truth = start;
+  truth.cpu_adam_alone_params_per_s *= 0.8;
+  truth.cpu_adam_params_per_s *= 1.1;
+  const Plan alone = PresetPlan("llama3.2-1b", 1, ShardingStrategy::kNoShard, 1, 1024, 1, {}, Offload::kOptimizer);
+  const Plan shared = PresetPlan("llama3.2-1b", 2, ShardingStrategy::kNoShard, 1, 1024, 1, {}, Offload::kOptimizer);
+  const Calibration both = Calibrate(start, Runs(dir, "both", {alone, shared}, truth, start));
+  ExpectRelativelyNear(both.profile.cpu_adam_alone_params_per_s, truth.cpu_adam_alone_params_per_s, 1e-3, "alone");
+  ExpectRelativelyNear(both.profile.cpu_adam_params_per_s, truth.cpu_adam_params_per_s, 1e-3, "shared");
+
+  const Calibration one_gpu = Calibrate(start, Runs(dir, "one", {alone}, truth, start));
+  ExpectRelativelyNear(one_gpu.profile.cpu_adam_alone_params_per_s, truth.cpu_adam_alone_params_per_s, 1e-3, "alone");
+  ExpectRelativelyNear(one_gpu.profile.cpu_adam_params_per_s, start.cpu_adam_params_per_s * 0.8, 1e-3, "scaled");
+  EXPECT_NE(Term(one_gpu, "host.cpu_adam_params_per_s").note.find("scaled"), std::string::npos);
+
+  const Calibration two_gpu = Calibrate(start, Runs(dir, "two", {shared}, truth, start));
+  ExpectRelativelyNear(two_gpu.profile.cpu_adam_params_per_s, truth.cpu_adam_params_per_s, 1e-3, "shared");
+  ExpectRelativelyNear(two_gpu.profile.cpu_adam_alone_params_per_s, start.cpu_adam_alone_params_per_s * 1.1, 1e-3,
+                       "scaled");
 }
 
 TEST(CalibrationTest, KeepsTermsTheRunsCannotIdentifyAndSaysWhy) {

@@ -97,10 +97,15 @@ TEST(CostModelTest, ComputeSecondsAddsTermsWithALaunchFloor) {
   down.kind = OpKind::kCopyToHost;
   down.work.copy_bytes = p.device_to_host_bytes_per_s;
   EXPECT_DOUBLE_EQ(cost.Seconds(down), 1.0);
+  // CPU AdamW: one process alone at its own rate; two sharing the host
+  // split the host's summed rate.
   StepOp adam;
   adam.kind = OpKind::kCpuOptimizerStep;
-  adam.work.cpu_adam_params = 2 * p.cpu_adam_params_per_s;
+  adam.work.cpu_adam_params = 2 * p.cpu_adam_alone_params_per_s;
   EXPECT_DOUBLE_EQ(cost.Seconds(adam), 2.0);
+  adam.work.cpu_adam_params = 2 * p.cpu_adam_params_per_s;
+  adam.work.host_sharers = 2;
+  EXPECT_DOUBLE_EQ(cost.Seconds(adam), 4.0);
   // Kernels are priced as compute; a one-rank all-gather is a local cast, so it is too.
   StepOp gather;
   gather.kind = OpKind::kAllGather;

@@ -27,6 +27,7 @@ HardwareProfile RoundNumberProfile(double slowdown = 0, bool share_link = false)
   p.host_to_device_bytes_per_s = 1e9;
   p.device_to_host_bytes_per_s = 1e9;
   p.cpu_adam_params_per_s = 1e9;
+  p.cpu_adam_alone_params_per_s = 1e9;
   p.copies_share_link = share_link;
   // One point, 1e3 bytes in 1 us at 2 GPUs. Ring traffic factor at 2 GPUs is
   // 1/2 for all-gather/reduce-scatter and 1 for all-reduce, so bus bandwidth
