@@ -2,7 +2,10 @@
 // the producer thread. The scheme is documented in batch_loader.h.
 #include "executor/data/batch_loader.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include "planner/user_error.h"
@@ -23,6 +26,13 @@ uint64_t SplitMix64(uint64_t x) {
 
 constexpr int kFeistelRounds = 4;
 
+UserError OutOfVocabulary(const TokenFile& file, int64_t index, int64_t id, int64_t vocab) {
+  return UserError(file.path() + ": token id " + std::to_string(id) + " at token " + std::to_string(index) +
+                   " (byte offset " + std::to_string(file.ByteOffset(index)) + ") is >= the model's vocab size " +
+                   std::to_string(vocab) +
+                   ": tokenize the data with the model's tokenizer or pick a model with a larger vocab");
+}
+
 std::unique_ptr<TokenFile> OpenChecked(const BatchLoaderOptions& o) {
   if (o.seq_len < 1) throw UserError("sequence length must be >= 1 (got " + std::to_string(o.seq_len) + ")");
   if (o.micro_batch < 1) {
@@ -39,6 +49,13 @@ std::unique_ptr<TokenFile> OpenChecked(const BatchLoaderOptions& o) {
     throw UserError(o.path + ": " + std::to_string(file->size()) + " tokens, fewer than one sample of seq_len + 1 = " +
                     std::to_string(o.seq_len + 1) + ": use a shorter sequence length or more data");
   }
+  // Every token a sample can read (the windows; not the tail that fills
+  // none), checked before the first step: an id >= vocab near the end of the
+  // file used to stop the run only when a batch reached it, hours in.
+  const int64_t used = (file->size() - 1) / o.seq_len * o.seq_len + 1;
+  const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  const int64_t bad = file->FindTokenAtLeast(static_cast<uint32_t>(std::min<int64_t>(o.vocab, UINT32_MAX)), used, threads);
+  if (bad >= 0) throw OutOfVocabulary(*file, bad, file->Token(bad), o.vocab);
   return file;
 }
 
@@ -99,15 +116,10 @@ torch::Tensor ReadSamples(const TokenFile& file, const SampleOrder& order, int64
     const uint32_t max_id = file.Read(begin, row, out + j * row);
     if (static_cast<int64_t>(max_id) >= vocab) {
       // Cheap path above; only on failure look for the first offender.
-      for (int64_t k = 0; k < row; ++k) {
-        if (out[j * row + k] >= vocab) {
-          const int64_t index = begin + k;
-          throw UserError(file.path() + ": token id " + std::to_string(out[j * row + k]) + " at token " +
-                          std::to_string(index) + " (byte offset " + std::to_string(file.ByteOffset(index)) +
-                          ") is >= the model's vocab size " + std::to_string(vocab) +
-                          ": tokenize the data with the model's tokenizer or pick a model with a larger vocab");
-        }
-      }
+      // (The loader checked the whole file when it opened it; this catches a
+      // file rewritten since, and callers of ReadSamples alone.)
+      for (int64_t k = 0; k < row; ++k)
+        if (out[j * row + k] >= vocab) throw OutOfVocabulary(file, begin + k, out[j * row + k], vocab);
     }
   }
   return tokens;

@@ -1,16 +1,19 @@
-// TokenFile: mmap, format detection and header checks. Formats are documented
+// TokenFile: pread, format detection, header checks and the vocabulary scan. Formats are documented
 // in token_file.h.
 #include "executor/data/token_file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "planner/user_error.h"
@@ -76,7 +79,9 @@ TokenFile::TokenFile(const std::string& path, TokenFileFormat format) : path_(pa
     }
   }
 
-  fd_ = ::open(data_path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer forever
+  // (the fstat below then refuses it); pread on a regular file ignores it.
+  fd_ = ::open(data_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) {
     throw UserError(data_path + ": cannot open token file (" + std::strerror(errno) +
                     "): check the path, or create it with `llmplan data prepare`");
@@ -93,24 +98,17 @@ TokenFile::TokenFile(const std::string& path, TokenFileFormat format) : path_(pa
     fd_ = -1;
     throw UserError(data_path + ": token file is empty: re-create it with `llmplan data prepare`");
   }
-  void* map = ::mmap(nullptr, static_cast<size_t>(file_bytes_), PROT_READ, MAP_SHARED, fd_, 0);
-  if (map == MAP_FAILED) {
-    const int err = errno;
-    ::close(fd_);
-    fd_ = -1;
-    throw UserError(data_path + ": cannot mmap token file (" + std::strerror(err) + ")");
-  }
-  map_ = static_cast<const unsigned char*>(map);
 
   try {
     if (format_ == TokenFileFormat::kAuto) {
       // llm.c's magic and version as a raw uint16 stream would be four
       // specific token ids in a row: treat a match as the header.
       int32_t head[2] = {0, 0};
-      if (file_bytes_ >= 8) std::memcpy(head, map_, 8);
+      if (file_bytes_ >= 8) ReadBytes(0, 8, head);
       if (head[0] == kLlmcMagicU16 || head[0] == kLlmcMagicU32) {
         format_ = TokenFileFormat::kLlmc;
       } else {
+        RefuseDamagedLlmcHeader();
         format_ = EndsWith(path_, ".u32") ? TokenFileFormat::kRawU32 : TokenFileFormat::kRawU16;
       }
     }
@@ -122,17 +120,56 @@ TokenFile::TokenFile(const std::string& path, TokenFileFormat format) : path_(pa
       case TokenFileFormat::kAuto: break;  // resolved above
     }
   } catch (...) {
-    ::munmap(const_cast<unsigned char*>(map_), static_cast<size_t>(file_bytes_));
     ::close(fd_);
-    map_ = nullptr;
     fd_ = -1;
     throw;
   }
 }
 
 TokenFile::~TokenFile() {
-  if (map_ != nullptr) ::munmap(const_cast<unsigned char*>(map_), static_cast<size_t>(file_bytes_));
   if (fd_ >= 0) ::close(fd_);
+}
+
+void TokenFile::ReadBytes(int64_t offset, int64_t bytes, void* out) const {
+  auto* p = static_cast<unsigned char*>(out);
+  int64_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd_, p + done, static_cast<size_t>(bytes - done), offset + done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw UserError(path_ + ": cannot read token file (" + std::strerror(errno) + ")");
+    if (n == 0) {
+      struct stat st;
+      const int64_t now = ::fstat(fd_, &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+      throw UserError(path_ + ": the token file shrank from " + std::to_string(file_bytes_) + " to " +
+                      std::to_string(now) + " bytes while training read it (truncated or being rewritten); "
+                      "restore the file and start the run again");
+    }
+    done += n;
+  }
+}
+
+void TokenFile::RefuseDamagedLlmcHeader() const {
+  // An llm.c header is 256 int32: magic, version (1: uint16 tokens, 7:
+  // uint32), token count, then zeros. When the magic is wrong but the rest is
+  // exactly that — a known version and a count that matches the file's size —
+  // the file is llm.c's with a damaged magic, and reading it as raw tokens
+  // would train on 512 garbage tokens and a shifted stream without a word.
+  if (file_bytes_ < kLlmcHeaderBytes) return;
+  int32_t header[kLlmcHeaderInts];
+  ReadBytes(0, kLlmcHeaderBytes, header);
+  const int32_t version = header[1];
+  if (version != 1 && version != 7) return;
+  const int64_t width = version == 1 ? 2 : 4;
+  const bool count_fits = header[2] > 0 && kLlmcHeaderBytes + int64_t{header[2]} * width == file_bytes_;
+  bool zeros = true;
+  for (int i = 3; i < kLlmcHeaderInts; ++i) zeros = zeros && header[i] == 0;
+  if (!count_fits && !zeros) return;
+  throw UserError(path_ + ": looks like an llm.c token file (version " + std::to_string(version) + ", " +
+                  (count_fits ? std::to_string(header[2]) + " tokens, as its size says" : "a zero-filled header") +
+                  ") but its magic is " + std::to_string(header[0]) + ", not " +
+                  std::to_string(version == 1 ? kLlmcMagicU16 : kLlmcMagicU32) +
+                  ": the header is damaged; re-create the file, or pass --data-format u16 or u32 to read it as raw "
+                  "tokens");
 }
 
 void TokenFile::OpenRaw(int token_bytes) {
@@ -155,7 +192,7 @@ void TokenFile::OpenLlmc() {
                     "-byte header: the file is truncated or is raw tokens (pass --data-format u16 or u32)");
   }
   int32_t header[3];
-  std::memcpy(header, map_, sizeof(header));
+  ReadBytes(0, sizeof(header), header);
   if (header[0] == kLlmcMagicU16 && header[1] == 1) {
     token_bytes_ = 2;
   } else if (header[0] == kLlmcMagicU32 && header[1] == 7) {
@@ -237,38 +274,93 @@ void TokenFile::OpenMegatron() {
 }
 
 uint32_t TokenFile::Token(int64_t index) const {
-  const unsigned char* p = map_ + data_offset_ + index * token_bytes_;
-  if (token_bytes_ == 2) {
-    uint16_t t;
-    std::memcpy(&t, p, 2);
-    return t;
-  }
-  uint32_t t;
-  std::memcpy(&t, p, 4);
+  uint32_t t = 0;  // little-endian: a uint16 read into the low bytes
+  ReadBytes(ByteOffset(index), token_bytes_, &t);
   return t;
 }
 
-uint32_t TokenFile::Read(int64_t begin, int64_t count, int64_t* out) const {
-  const unsigned char* p = map_ + data_offset_ + begin * token_bytes_;
-  uint32_t max_id = 0;
-  // memcpy per element: the mapped data need not be aligned for the type,
-  // and the compiler turns this into plain loads.
-  if (token_bytes_ == 2) {
-    for (int64_t i = 0; i < count; ++i) {
-      uint16_t t;
-      std::memcpy(&t, p + 2 * i, 2);
-      out[i] = t;
-      max_id = t > max_id ? t : max_id;
-    }
-  } else {
-    for (int64_t i = 0; i < count; ++i) {
-      uint32_t t;
-      std::memcpy(&t, p + 4 * i, 4);
-      out[i] = t;
-      max_id = t > max_id ? t : max_id;
-    }
+namespace {
+
+// Widens `count` little-endian tokens of type T at `raw` into out and returns
+// their largest id. memcpy per element: the bytes need not be aligned for T,
+// and the compiler turns this into plain (vectorised) loads.
+template <typename T>
+uint32_t Widen(const unsigned char* raw, int64_t count, int64_t* out) {
+  T max_id = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    T t;
+    std::memcpy(&t, raw + sizeof(T) * i, sizeof(T));
+    out[i] = t;
+    max_id = t > max_id ? t : max_id;
   }
   return max_id;
+}
+
+// The largest of `count` tokens of type T at `raw` (the scan's inner loop).
+template <typename T>
+uint32_t MaxId(const unsigned char* raw, int64_t count) {
+  T max_id = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    T t;
+    std::memcpy(&t, raw + sizeof(T) * i, sizeof(T));
+    max_id = t > max_id ? t : max_id;
+  }
+  return max_id;
+}
+
+}  // namespace
+
+uint32_t TokenFile::Read(int64_t begin, int64_t count, int64_t* out) const {
+  // One pread per call (a sample is a few KB to a few hundred KB): the
+  // buffer is reused across calls on the loader's thread.
+  thread_local std::vector<unsigned char> buffer;
+  const int64_t bytes = count * token_bytes_;
+  if (static_cast<int64_t>(buffer.size()) < bytes) buffer.resize(static_cast<size_t>(bytes));
+  ReadBytes(ByteOffset(begin), bytes, buffer.data());
+  return token_bytes_ == 2 ? Widen<uint16_t>(buffer.data(), count, out) : Widen<uint32_t>(buffer.data(), count, out);
+}
+
+int64_t TokenFile::FindTokenAtLeast(uint32_t limit, int64_t end, int threads) const {
+  // Blocks of 1 MiB of tokens; each thread takes every threads-th block and
+  // records the first failing block it meets; the earliest of those wins.
+  constexpr int64_t kBlockTokens = int64_t{1} << 19;
+  const int64_t blocks = (end + kBlockTokens - 1) / kBlockTokens;
+  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, blocks)));
+  std::atomic<int64_t> first_bad_block{blocks};
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
+  auto scan = [&](int t) {
+    try {
+      std::vector<unsigned char> raw(static_cast<size_t>(kBlockTokens * token_bytes_));
+      for (int64_t b = t; b < blocks && b < first_bad_block.load(); b += threads) {
+        const int64_t n = std::min(kBlockTokens, end - b * kBlockTokens);
+        ReadBytes(ByteOffset(b * kBlockTokens), n * token_bytes_, raw.data());
+        const uint32_t max_id =
+            token_bytes_ == 2 ? MaxId<uint16_t>(raw.data(), n) : MaxId<uint32_t>(raw.data(), n);
+        if (max_id >= limit) {
+          int64_t seen = first_bad_block.load();
+          while (b < seen && !first_bad_block.compare_exchange_weak(seen, b)) {
+          }
+          return;
+        }
+      }
+    } catch (...) {
+      errors[static_cast<size_t>(t)] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(scan, t);
+  scan(0);
+  for (std::thread& th : pool) th.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  const int64_t bad = first_bad_block.load();
+  if (bad == blocks) return -1;
+  const int64_t n = std::min(kBlockTokens, end - bad * kBlockTokens);
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  Read(bad * kBlockTokens, n, ids.data());
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[static_cast<size_t>(i)] >= static_cast<int64_t>(limit)) return bad * kBlockTokens + i;
+  return -1;  // the block changed under us: nothing to report
 }
 
 }  // namespace llmplan::data

@@ -151,9 +151,10 @@ TEST_F(BatchLoaderTest, RanksPartitionTheGlobalStreamAndResumeAtAnotherWorldSize
   }
 }
 
-TEST_F(BatchLoaderTest, BadTokenIdIsPropagatedWithFileAndOffset) {
-  // Token 100 at index 37; vocab 50. The first batches are fine (rows 0..31
-  // are ids < 37), the one holding index 37 fails — in the consumer.
+TEST_F(BatchLoaderTest, BadTokenIdIsFoundBeforeTheFirstBatchWithFileAndOffset) {
+  // Token 100 at index 37; vocab 50. The loader scans every token a sample
+  // can read when it opens the file, so the error comes from the constructor,
+  // before any step — not when a batch reaches the token.
   std::vector<uint16_t> tokens(8 * 20 + 1);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 37);
   tokens[37] = 100;
@@ -163,11 +164,8 @@ TEST_F(BatchLoaderTest, BadTokenIdIsPropagatedWithFileAndOffset) {
   BatchLoaderOptions o = Options(path);
   o.shuffle = false;
   o.vocab = 50;
-  BatchLoader loader(o, DataPosition{});
-  loader.Next();  // samples 0, 1: tokens 0..16
-  loader.Next();  // samples 2, 3: tokens 16..32
   try {
-    loader.Next();  // samples 4, 5: tokens 32..48 include index 37
+    BatchLoader loader(o, DataPosition{});
     FAIL() << "expected a UserError";
   } catch (const UserError& e) {
     const std::string message = e.what();
@@ -176,8 +174,44 @@ TEST_F(BatchLoaderTest, BadTokenIdIsPropagatedWithFileAndOffset) {
     EXPECT_NE(message.find("byte offset 74"), std::string::npos) << message;
     EXPECT_NE(message.find("vocab size 50"), std::string::npos) << message;
   }
-  EXPECT_THROW(loader.Next(), UserError);  // sticky, never hangs
-  EXPECT_EQ(loader.position().next_sample, 4);
+}
+
+TEST_F(BatchLoaderTest, BadTokenNearTheEndOfALargeFileIsFoundUpFront) {
+  // 3 M tokens (several scan blocks, several threads): the first bad id is
+  // the one reported, whichever thread finds its block first.
+  std::vector<uint16_t> tokens(3'000'001);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 500);
+  tokens[2'999'000] = 600;
+  tokens[2'999'500] = 700;
+  const std::string path = (dir_ / "late.u16").string();
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+  BatchLoaderOptions o = Options(path);
+  o.vocab = 512;
+  try {
+    BatchLoader loader(o, DataPosition{});
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 600 at token 2999000 (byte offset 5998000)"), std::string::npos)
+        << e.what();
+  }
+  TokenFile file(path);
+  for (int threads : {1, 2, 3, 8}) {
+    EXPECT_EQ(file.FindTokenAtLeast(512, file.size(), threads), 2'999'000) << threads << " threads";
+    EXPECT_EQ(file.FindTokenAtLeast(701, file.size(), threads), -1) << threads << " threads";
+    EXPECT_EQ(file.FindTokenAtLeast(650, file.size(), threads), 2'999'500) << threads << " threads";
+    EXPECT_EQ(file.FindTokenAtLeast(512, 2'999'000, threads), -1) << "the end is exclusive";
+  }
+  // A bad id in the tail no window reaches (here: the last token of a file
+  // cut into windows of 8 that leave one token over) is not an error.
+  std::vector<uint16_t> tail(8 * 4 + 2, 1);
+  tail.back() = 9999;
+  const std::string tail_path = (dir_ / "tail.u16").string();
+  std::ofstream(tail_path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(tail.data()), static_cast<std::streamsize>(tail.size() * 2));
+  BatchLoaderOptions t = Options(tail_path);
+  t.vocab = 512;
+  EXPECT_NO_THROW(BatchLoader(t, DataPosition{}));
 }
 
 TEST_F(BatchLoaderTest, DestructorStopsAFullQueue) {

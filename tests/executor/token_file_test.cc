@@ -3,6 +3,8 @@
 // tools that produce them (nanoGPT, llm.c, Megatron) lay them out.
 #include "executor/data/token_file.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -191,6 +193,56 @@ TEST_F(TokenFileTest, LlmcBadVersionAndZeroCount) {
   EXPECT_NE(ErrorOf([&] { TokenFile f(zero); }).find("empty"), std::string::npos);
   const std::string extra = WriteLlmc("x.bin", kLlmcMagicU16, 1, 1, std::vector<uint16_t>{1, 2});
   EXPECT_NE(ErrorOf([&] { TokenFile f(extra); }).find("after the 1 tokens"), std::string::npos);
+}
+
+TEST_F(TokenFileTest, LlmcHeaderWithADamagedMagicIsRefusedNotReadAsRawTokens) {
+  // One flipped bit in the magic: version and count still describe the file.
+  const std::vector<uint16_t> tokens(100, 7);
+  const std::string u16 = WriteLlmc("damaged.bin", kLlmcMagicU16 ^ 1, 1, 100, tokens);
+  std::string message = ErrorOf([&] { TokenFile f(u16); });
+  EXPECT_NE(message.find("looks like an llm.c token file (version 1, 100 tokens, as its size says) but its magic is "
+                         "20240521, not 20240520: the header is damaged"),
+            std::string::npos)
+      << message;
+  const std::string u32 = WriteLlmc("damaged32.bin", 0, 7, 3, std::vector<uint32_t>{1, 2, 3});
+  EXPECT_NE(ErrorOf([&] { TokenFile f(u32); }).find("not 20240801"), std::string::npos);
+  // The count damaged too, but the rest of the header is llm.c's zeros.
+  const std::string both = WriteLlmc("both.bin", 12345, 1, 999, tokens);
+  EXPECT_NE(ErrorOf([&] { TokenFile f(both); }).find("a zero-filled header"), std::string::npos);
+  // Asked for raw tokens, the user gets raw tokens.
+  TokenFile raw(u16, TokenFileFormat::kRawU16);
+  EXPECT_EQ(raw.size(), (kLlmcHeaderBytes + 200) / 2);
+  // Raw tokens that merely start with a 1 or a 7 in the second int32 are raw.
+  std::vector<uint16_t> plain(2000, 5);
+  plain[2] = 1;
+  plain[3] = 0;
+  EXPECT_EQ(TokenFile(WriteVector("plain.bin", plain)).format(), TokenFileFormat::kRawU16);
+}
+
+TEST_F(TokenFileTest, FileTruncatedWhileOpenIsAnErrorNotSigbus) {
+  // With the file mmapped, reading past the new end was SIGBUS (the run died
+  // without a word); with pread it is a short read, reported as such.
+  std::vector<uint16_t> tokens(1 << 20);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 1000);
+  const std::string path = WriteVector("shrinks.u16", tokens);
+  TokenFile file(path);
+  std::vector<int64_t> out(4097);
+  EXPECT_EQ(file.Read(900'000, 4097, out.data()), 999u);
+  std::filesystem::resize_file(path, 1000);
+  const std::string message = ErrorOf([&] { file.Read(900'000, 4097, out.data()); });
+  EXPECT_NE(message.find(path + ": the token file shrank from 2097152 to 1000 bytes while training read it"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(ErrorOf([&] { file.FindTokenAtLeast(2000, file.size(), 4); }).find("shrank"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { file.Token(600); }).find("shrank"), std::string::npos);
+  EXPECT_EQ(file.Token(499), 499u) << "what is still there reads";
+}
+
+TEST_F(TokenFileTest, FifoAndDeviceAreRefusedWithoutBlocking) {
+  const std::string fifo = (dir_ / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(ErrorOf([&] { TokenFile f(fifo); }).find("not a regular file"), std::string::npos);
+  EXPECT_NE(ErrorOf([&] { TokenFile f("/dev/zero"); }).find("not a regular file"), std::string::npos);
 }
 
 TEST_F(TokenFileTest, FormatNames) {
