@@ -75,10 +75,39 @@ void WriteAll(int fd, const std::string& text) {
 }
 
 // ---------------------------------------------------------------------------
+// The line of a rank's stderr that says why it failed. A LibTorch error is
+// many lines (the message, then "Exception raised from ..." and 30 "frame #N"
+// lines), so the last line is a stack frame. Preferred, latest first: the
+// rank's own one-line error ("llmplan: ...", not a warning), then the message
+// of an uncaught exception ("what():  ..."), then any line that is not part of
+// a backtrace.
+
+int LineRank(std::string_view line) {
+  if (line.rfind("llmplan: ", 0) == 0 && line.rfind("llmplan: warning", 0) != 0) return 3;
+  if (line.find("what():") != std::string_view::npos) return 2;
+  if (line.rfind("frame #", 0) == 0 || line.rfind("Exception raised from", 0) == 0 ||
+      line.rfind("<unknown function>", 0) == 0 || line.rfind("terminate called", 0) == 0)
+    return 0;
+  return 1;
+}
+
+std::string CauseLine(std::string_view line) {
+  std::string_view text = line;
+  const size_t what = text.find("what():");
+  if (what != std::string_view::npos) text = text.substr(what + 7);
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  if (text.rfind("llmplan: ", 0) == 0) text.remove_prefix(9);  // the launcher's line says it already
+  constexpr size_t kMax = 400;
+  std::string out(text.substr(0, kMax));
+  if (text.size() > kMax) out += "...";
+  return out;
+}
+
+// ---------------------------------------------------------------------------
 // Output pump: one thread polls every child's pipes and writes whole lines,
 // prefixed with the rank, to the launcher's stdout/stderr. One writer means
-// lines of different ranks never interleave mid-line. It remembers each rank's
-// last non-empty stderr line for the failure message.
+// lines of different ranks never interleave mid-line. It remembers, per rank,
+// the stderr line that best says why it failed (LineRank).
 
 class OutputPump {
  public:
@@ -109,10 +138,11 @@ class OutputPump {
     cv_.wait_for(lock, timeout, [&] { return stderr_closed_.count(rank) > 0; });
   }
 
-  std::string LastStderrLine(int rank) {
+  // The best cause line (CauseLine of the highest LineRank, latest first).
+  std::string FailureLine(int rank) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = last_line_.find(rank);
-    return it == last_line_.end() ? "" : it->second;
+    auto it = cause_.find(rank);
+    return it == cause_.end() ? "" : it->second.second;
   }
 
   // Lets the pipes drain until they close or `drain` has passed (a grandchild
@@ -144,8 +174,11 @@ class OutputPump {
     if (s.source.is_stderr) {
       const size_t first = line.find_first_not_of(" \t\r");
       if (first != std::string_view::npos) {
+        const std::string_view text = line.substr(first);
+        const int rank = LineRank(text);
         std::lock_guard<std::mutex> lock(mu_);
-        last_line_[s.source.rank] = std::string(line.substr(first));
+        auto it = cause_.find(s.source.rank);
+        if (it == cause_.end() || rank >= it->second.first) cause_[s.source.rank] = {rank, CauseLine(text)};
       }
     }
   }
@@ -224,7 +257,7 @@ class OutputPump {
   std::mutex mu_;
   std::condition_variable cv_;
   std::set<int> stderr_closed_;
-  std::map<int, std::string> last_line_;
+  std::map<int, std::pair<int, std::string>> cause_;  // rank -> (LineRank, CauseLine)
   bool all_closed_ = false;
 };
 
@@ -346,6 +379,24 @@ std::string DescribeStatus(int status) {
 
 bool Failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
 
+// True when a rank's cause line is a collective that failed or timed out
+// (the communicators' and the watchdog's messages name the group and its
+// backend): a consequence of another rank's failure, if there is one.
+bool PeerFailure(const std::string& cause) {
+  return cause.find(" group ") != std::string::npos &&
+         (cause.find("(gloo)") != std::string::npos || cause.find("(nccl)") != std::string::npos);
+}
+
+// The scheduler state of `pid` from /proc/PID/stat ('R', 'S', 'D', 'T'
+// stopped, 't' stopped by a tracer, ...), or '?' if it cannot be read.
+char ProcessState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+}
+
 std::string Ranks(int n) { return std::to_string(n) + (n == 1 ? " rank" : " ranks"); }
 
 std::optional<std::string> Env(const char* name) {
@@ -462,7 +513,8 @@ int LaunchLocalRanks(const LaunchSpec& spec) {
 
   // Supervision: poll every child without blocking, so that a failure, a
   // signal to the launcher and the grace deadline are all seen within ~20 ms.
-  std::optional<size_t> failed;  // index of the first child that failed
+  std::optional<size_t> failed;  // index of the child blamed for the stop
+  std::vector<Child> stuck;      // ranks found stopped when it failed
   int forwarded_signal = 0;
   bool stopping = false, escalated = false;
   int stopped = 0, killed_after_grace = 0;
@@ -475,7 +527,8 @@ int LaunchLocalRanks(const LaunchSpec& spec) {
       if (c.running) ::kill(c.pid, sig);
     }
   };
-  while (running_count() > 0) {
+  std::vector<size_t> failures;  // children that failed before the job was stopped, in the order seen
+  auto reap = [&] {
     for (size_t i = 0; i < children.size(); ++i) {
       Child& c = children[i];
       if (!c.running) continue;
@@ -487,21 +540,45 @@ int LaunchLocalRanks(const LaunchSpec& spec) {
       // A child that dies after the launcher was signalled (a Ctrl-C reaches
       // the whole process group) or after we began stopping the job is not
       // the cause of the stop.
-      if (Failed(c.status) && !failed && !stopping && g_received_signal == 0) failed = i;
+      if (Failed(c.status) && !stopping && g_received_signal == 0) failures.push_back(i);
+    }
+  };
+  while (running_count() > 0) {
+    reap();
+    if (!failures.empty() && !failed && !stopping && g_received_signal == 0) {
+      // When one rank dies its peers' collectives fail a moment later
+      // ("Connection closed by peer"); the order the launcher sees them in
+      // is a race. Give them a moment, then blame a rank whose own error is
+      // not a failed collective.
+      pump.WaitStderrClosed(children[failures.front()].rank, std::chrono::milliseconds(500));
+      reap();
+      for (size_t i : failures) pump.WaitStderrClosed(children[i].rank, std::chrono::milliseconds(200));
+      failed = failures.front();
+      for (size_t i : failures) {
+        if (!PeerFailure(pump.FailureLine(children[i].rank))) {
+          failed = i;
+          break;
+        }
+      }
     }
     if (!stopping && g_received_signal != 0) {
       forwarded_signal = g_received_signal;
       stopping = true;
       stopped = running_count();
       signal_running(forwarded_signal);
+      signal_running(SIGCONT);
       deadline = Clock::now() + spec.grace;
     }
     if (!stopping && failed) {
       stopping = true;
-      // Quote the dead rank's last words: give its pipe a moment to drain.
-      pump.WaitStderrClosed(children[*failed].rank, std::chrono::milliseconds(500));
+      // A rank that is stopped (SIGSTOP, a debugger) makes its peers' next
+      // collective time out: the rank that reports the timeout is the victim,
+      // the stopped one the cause. Look before signalling anything.
+      for (const Child& c : children)
+        if (c.running && (ProcessState(c.pid) == 'T' || ProcessState(c.pid) == 't')) stuck.push_back(c);
       stopped = running_count();
       signal_running(SIGTERM);
+      signal_running(SIGCONT);  // a stopped rank acts on SIGTERM only once it runs again
       deadline = Clock::now() + spec.grace;
     }
     if (stopping && !escalated && running_count() > 0 && Clock::now() >= deadline) {
@@ -522,10 +599,16 @@ int LaunchLocalRanks(const LaunchSpec& spec) {
   }
   if (failed) {
     const Child& c = children[*failed];
-    std::string message = "llmplan: rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
-                          ") died: " + DescribeStatus(c.status);
-    const std::string last = pump.LastStderrLine(c.rank);
-    if (!last.empty()) message += ": " + last;
+    std::string message = "llmplan: ";
+    for (size_t i = 0; i < stuck.size(); ++i) {
+      message += (i > 0 ? " and rank " : "rank ") + std::to_string(stuck[i].rank) + " (pid " +
+                 std::to_string(stuck[i].pid) + ")";
+    }
+    if (!stuck.empty()) message += std::string(stuck.size() > 1 ? " are" : " is") + " stuck (stopped: SIGSTOP or a debugger) so ";
+    message += "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) + ") " +
+               (stuck.empty() ? "died" : "gave up") + ": " + DescribeStatus(c.status);
+    const std::string cause = pump.FailureLine(c.rank);
+    if (!cause.empty()) message += ": " + cause;
     message += "; stopped the other " + Ranks(stopped) + tail + "\n";
     WriteAll(STDERR_FILENO, message);
     // The rank's own status, so llmplan's convention (2: bad input) survives

@@ -43,10 +43,16 @@ struct LaunchSpec {
 
 // Starts spec.nprocs children and waits for them. Returns 0 when every child
 // exited with status 0. When a child exits non-zero or is killed by a signal,
-// stops the others (SIGTERM, SIGKILL after spec.grace), prints one line to
-// stderr, e.g.
-//   llmplan: rank 2 (pid 1234) died: exited with status 1: <its last stderr line>; stopped the other 3 ranks
-// and returns that rank's exit status (128 + the signal number if it was
+// stops the others (SIGTERM and SIGCONT, SIGKILL after spec.grace), prints one
+// line to stderr, e.g.
+//   llmplan: rank 2 (pid 1234) died: exited with status 1: <why>; stopped the other 3 ranks
+// where <why> is the rank's own error line ("llmplan: ..."), else an uncaught
+// exception's what(), else its last stderr line that is not a stack frame.
+// A rank found stopped (SIGSTOP, a debugger) when another failed is the cause,
+// the failed one (its collective timed out) the victim:
+//   llmplan: rank 1 (pid 1235) is stuck (stopped: SIGSTOP or a debugger) so rank 0 (pid 1234)
+//   gave up: exited with status 3: rank 0: collective "..." did not finish within 20 s; ...
+// (one line). Returns that rank's exit status (128 + the signal number if it was
 // killed), so a rank's "2: bad input" reaches the shell. SIGINT/SIGTERM sent
 // to the launcher are forwarded to the children; it then returns 128 + the
 // signal number. Children die with the launcher even if it is SIGKILLed.

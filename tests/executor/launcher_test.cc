@@ -94,6 +94,10 @@ TEST(LauncherChild, Behave) {
   if (mode == "sleep" || mode == "stubborn") {
     for (;;) ::pause();
   }
+  if (mode == "stop") {  // a rank someone stopped (SIGSTOP) mid-run
+    ::raise(SIGSTOP);
+    for (;;) ::pause();
+  }
   // Failing modes wait until every rank is up, so the others are running
   // (and stubborn ones ignore SIGTERM) when this one dies.
   WaitForFiles(dir, world, std::chrono::seconds(20));
@@ -103,6 +107,29 @@ TEST(LauncherChild, Behave) {
     ::_exit(std::atoi(mode.c_str() + 4));
   }
   if (mode == "sigkill") ::raise(SIGKILL);
+  if (mode == "timeout3") {  // what the collective watchdog does when a peer is stuck
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::fprintf(stderr,
+                 "llmplan: warning: an earlier warning\nllmplan: rank %d: collective \"all-gather block 0 mb 0\" in "
+                 "shard group 0 (gloo) did not finish within 1 s; aborting\n",
+                 rank);
+    std::fflush(stderr);
+    ::_exit(3);
+  }
+  if (mode == "torch") {  // a LibTorch error as the CLI prints it: message, then the backtrace
+    std::fprintf(stderr, "llmplan: error: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+                         "Exception raised from malloc at CUDACachingAllocator.cpp:1\n");
+    for (int f = 0; f < 38; ++f) std::fprintf(stderr, "frame #%d: <unknown function> + 0x%x (0x0 in libtorch.so)\n", f, f);
+    std::fflush(stderr);
+    ::_exit(1);
+  }
+  if (mode == "terminate") {  // an exception nobody caught, on any thread
+    std::fprintf(stderr, "terminate called after throwing an instance of 'c10::Error'\n"
+                         "  what():  boom in the loader thread\nException raised from x at y.cpp:1\n"
+                         "frame #0: c10::Error::Error() + 0x1\n");
+    std::fflush(stderr);
+    std::abort();
+  }
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   ::_exit(99);
 }
@@ -243,6 +270,46 @@ TEST_F(LauncherTest, RankIgnoringSigtermIsKilledAfterGrace) {
   EXPECT_LT(seconds, 60.0) << err;
   EXPECT_NE(err.find("rank 0 (pid "), std::string::npos) << err;
   EXPECT_NE(err.find("stopped the other 1 rank (1 needed SIGKILL after 1 s)"), std::string::npos) << err;
+}
+
+TEST_F(LauncherTest, StoppedRankIsNamedAsTheCauseNotTheRankThatTimedOut) {
+  // Rank 1 is stopped (SIGSTOP); rank 0's collective times out and it exits 3.
+  // The message names rank 1 as stuck, and the stopped rank still exits at
+  // once (SIGTERM then SIGCONT), not after the grace period.
+  std::string err;
+  double seconds = 0;
+  EXPECT_EQ(Launch(Spec(2, "timeout3,stop"), &err, &seconds), 3);
+  EXPECT_LT(seconds, 60.0) << err;
+  EXPECT_NE(err.find("llmplan: rank 1 (pid "), std::string::npos) << err;
+  EXPECT_NE(err.find(") is stuck (stopped: SIGSTOP or a debugger) so rank 0 (pid "), std::string::npos) << err;
+  EXPECT_NE(err.find(") gave up: exited with status 3: rank 0: collective \"all-gather block 0 mb 0\" in shard "
+                     "group 0 (gloo) did not finish within 1 s; aborting; stopped the other 1 rank\n"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("needed SIGKILL"), std::string::npos) << err;
+}
+
+TEST_F(LauncherTest, CauseIsTheErrorLineNotTheLastStackFrame) {
+  std::string err;
+  double seconds = 0;
+  EXPECT_EQ(Launch(Spec(2, "torch,sleep"), &err, &seconds), 1);
+  EXPECT_NE(err.find("died: exited with status 1: error: CUDA out of memory. Tried to allocate 2.00 GiB; stopped "
+                     "the other 1 rank\n"),
+            std::string::npos)
+      << err;
+  ASSERT_NE(err.find("llmplan: rank 0 (pid "), std::string::npos) << err;
+  const std::string line = err.substr(err.find("llmplan: rank 0 (pid "));
+  EXPECT_EQ(line.find("frame #"), std::string::npos) << line;
+}
+
+TEST_F(LauncherTest, UncaughtExceptionIsQuotedByItsWhat) {
+  std::string err;
+  double seconds = 0;
+  EXPECT_EQ(Launch(Spec(2, "sleep,terminate"), &err, &seconds), 128 + SIGABRT);
+  EXPECT_NE(err.find("llmplan: rank 1 (pid "), std::string::npos) << err;
+  EXPECT_NE(err.find("died: killed by signal 6 (SIGABRT): boom in the loader thread; stopped the other 1 rank\n"),
+            std::string::npos)
+      << err;
 }
 
 TEST_F(LauncherTest, ForwardsSigtermToTheRanks) {
