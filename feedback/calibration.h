@@ -5,7 +5,9 @@
 //                          + elementwise_bytes a4 + launches a5
 //                plus the share of the op that a collective overlapped (slowdown),
 //                by non-negative least squares on relative errors, per op and per run's total
-//   collectives  per link and kind: seconds = scale * curve(bytes) + offset
+//   collectives  per link and kind: seconds = scale * curve(bytes) + offset, fitted
+//                to the share of each op that the profile's measured
+//                collectives.slowdown_during_compute (kept, never fitted) leaves
 //   copies       bytes / rate per direction; CPU AdamW params / rate
 //   host issue   kernel_launch_s: the lower quartile of the gaps between issues, per launch
 //   step         step_overhead_s: the measured step's wall time beyond its last op

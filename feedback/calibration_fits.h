@@ -29,7 +29,9 @@ void FitHostIssue(const std::vector<CalibrationRun>& runs, HardwareProfile& prof
 // REQUIRES: FitHostIssue ran (ops at its launch floor measure the host, not the device).
 void FitCompute(const std::vector<CalibrationRun>& runs, HardwareProfile& profile, Calibration& out);
 
-// Every (link, collective) curve the runs measured.
+// Every (link, collective) curve the runs measured, each for the part of its
+// ops' time that the profile's collectives.slowdown_during_compute leaves
+// (kept as measured: the runs cannot tell it from the curves' scales).
 void FitCollectives(const std::vector<CalibrationRun>& runs, HardwareProfile& profile, Calibration& out);
 
 // host.host_to_device_bytes_per_s, device_to_host_bytes_per_s, and the CPU

@@ -120,7 +120,34 @@ void FitCpuAdamRates(const RateRows& alone, const RateRows& shared, HardwareProf
 
 }  // namespace
 
+namespace {
+
+// collectives.slowdown_during_compute is kept, not fitted. A collective
+// slowed by s while compute ran beside it for w of its y measured seconds did
+// y - w s/(1+s) seconds of its curve's work (as compute beside a collective,
+// calibration_compute.cc), so the curves below are fitted to that share of
+// y. Fitting s too would add one column, c w, beside each curve's scale; but
+// in a step nearly every collective runs beside compute for nearly all of
+// its time (the gathers prefetch behind blocks, the reduce-scatters behind
+// backward), so w/y is about the same for every op and c moves exactly as
+// the scales do: the runs cannot tell them apart. llmplan profile measures s
+// directly (each collective alone and beside a block's GEMMs), and a
+// measured number beats an unidentified fit. Returns c = s/(1+s).
+double KeepCollectiveSlowdown(const HardwareProfile& profile, Calibration& out) {
+  const double s = profile.collective_slowdown_during_compute;
+  out.terms.push_back({"collectives.slowdown_during_compute", false, s, s,
+                       s > 0 ? "measured by llmplan profile (collectives beside GEMMs against alone); not fitted: in "
+                               "the runs it moves as the curves' scales do, which are fitted to the share of each "
+                               "collective's time it leaves"
+                             : "the profile did not measure it (llmplan profile measures it on 2+ GPUs); not "
+                               "fitted: in the runs it moves as the curves' scales do"});
+  return s / (1 + s);
+}
+
+}  // namespace
+
 void FitCollectives(const std::vector<CalibrationRun>& runs, HardwareProfile& profile, Calibration& out) {
+  const double overlap_c = KeepCollectiveSlowdown(profile, out);
   const HardwareProfile start = profile;
   for (bool spans_nodes : {false, true}) {
     for (CollectiveOp kind : {CollectiveOp::kAllGather, CollectiveOp::kReduceScatter, CollectiveOp::kAllReduce}) {
@@ -132,11 +159,13 @@ void FitCollectives(const std::vector<CalibrationRun>& runs, HardwareProfile& pr
       // the offset's effect there. Rewriting the points as scale t + offset
       // gives scale T + offset RingShare(n)/RingShare(m) at a group of n
       // (above the latency floor), exactly scale T + offset at m.
-      std::vector<double> bytes, curve_s, offset_share, seconds;
+      std::vector<double> bytes, curve_s, offset_share, seconds, target;
       int runs_used = 0;
       std::vector<int> group_sizes;
       for (const CalibrationRun& run : runs) {
         const size_t before = seconds.size();
+        const std::vector<double> beside =
+            overlap_c > 0 ? MeanSecondsBeside(run, {StreamKind::kCompute}) : std::vector<double>(run.program.ops.size());
         for (const StepOp& op : run.program.ops) {
           if (!IsCollective(op, kind) || op.work.spans_nodes != spans_nodes) continue;
           const double y = run.measured.MeanSeconds(op.id);
@@ -146,6 +175,7 @@ void FitCollectives(const std::vector<CalibrationRun>& runs, HardwareProfile& pr
           curve_s.push_back(start.CollectiveSeconds(kind, op.work.collective_bytes, n, spans_nodes));
           offset_share.push_back(RingShare(n) / RingShare(m));
           seconds.push_back(y);
+          target.push_back(1 - overlap_c * beside[op.id] / y);  // the share of y the curve prices
           if (std::find(group_sizes.begin(), group_sizes.end(), n) == group_sizes.end()) group_sizes.push_back(n);
         }
         runs_used += seconds.size() > before;
@@ -164,8 +194,9 @@ void FitCollectives(const std::vector<CalibrationRun>& runs, HardwareProfile& pr
       // offset when every message sat at the curve's latency floor (a 4-byte
       // all-reduce says nothing about bandwidth), else a scale.
       Eigen::MatrixXd A(rows, 3);
-      Eigen::VectorXd b = Eigen::VectorXd::Ones(rows);
+      Eigen::VectorXd b(rows);
       for (Eigen::Index i = 0; i < rows; ++i) {
+        b(i) = target[i];
         A(i, 0) = curve_s[i] / seconds[i];
         A(i, 1) = offset_share[i] / seconds[i];
         A(i, 2) = -A(i, 1);

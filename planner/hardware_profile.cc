@@ -197,6 +197,7 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   JsonObject coll = root.Object("collectives");
   p.intra_node = ParseLink(coll, "intra_node");
   p.inter_node = ParseLink(coll, "inter_node");
+  p.collective_slowdown_during_compute = coll.NumberIn("slowdown_during_compute", 0, 10, 0);
   p.price_per_gpu_hour = root.NumberIn("price_per_gpu_hour", 0, 1e6, 0);
   p.Validate();
   return p;
@@ -234,7 +235,10 @@ nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
             {"cpu_adam_alone_params_per_s", p.cpu_adam_alone_params_per_s},
             {"step_overhead_s", p.step_overhead_s}}},
           {"topology", {{"gpus_per_node", p.gpus_per_node}}},
-          {"collectives", {{"intra_node", LinkToJson(p.intra_node)}, {"inter_node", LinkToJson(p.inter_node)}}},
+          {"collectives",
+           {{"intra_node", LinkToJson(p.intra_node)},
+            {"inter_node", LinkToJson(p.inter_node)},
+            {"slowdown_during_compute", p.collective_slowdown_during_compute}}},
           {"price_per_gpu_hour", p.price_per_gpu_hour}};
 }
 

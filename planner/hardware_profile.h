@@ -68,8 +68,17 @@ struct HardwareProfile {
   // blocks (CUDA's launch queue); it bounds how far the host runs ahead.
   int launch_queue_depth = 1024;
   // Compute slows by this fraction while a collective runs beside it (SMs and
-  // HBM shared with NCCL's kernels).
+  // HBM shared with NCCL's kernels). llmplan profile measures it (a loop of
+  // a block's GEMMs beside back-to-back all-gathers); calibrate refits it
+  // from multi-GPU runs.
   double compute_slowdown_during_collectives = 0.08;
+  // And a collective slows by this fraction while compute runs beside it: its
+  // kernels get fewer SM cycles and less HBM bandwidth beside GEMMs than in
+  // the profile's collective loop (the curves below are measured alone). On
+  // 2 x H200, gathers beside compute took 1.3-1.9x their curve, alone
+  // 1.0-1.2x. llmplan profile measures it; calibrate keeps it, because in a
+  // run's times it moves exactly as the curves' scales do. 0: not measured.
+  double collective_slowdown_during_compute = 0;
 
   // --- host ---
   double host_memory_bytes = 0;

@@ -40,6 +40,7 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
   const bool cpu_device = cost.profile().device_kind == "cpu";
 
   const double slowdown = cost.profile().compute_slowdown_during_collectives;
+  const double collective_slowdown = cost.profile().collective_slowdown_during_compute;
   const bool shared_link = cost.profile().copies_share_link;
   std::array<double, kNumMemoryCategories> current{};
   double in_use = 0;
@@ -155,6 +156,9 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
       auto kind = static_cast<StreamKind>(k);
       double v = 1.0;
       if (kind == StreamKind::kCompute && collective_running) v = 1.0 / (1.0 + slowdown);
+      // A one-GPU "gather" is a cast, priced as compute: it does not slow.
+      if (IsCollective(kind) && compute_running && !CostModel::PricedAsCompute(ops[streams[k].running]))
+        v = 1.0 / (1.0 + collective_slowdown);
       if (shared_link && h2d && d2h && (kind == StreamKind::kHostToDevice || kind == StreamKind::kDeviceToHost))
         v = 0.5;
       rate[k] = v;

@@ -5,7 +5,9 @@
 //
 // Contention: compute runs slower by the profile's
 // compute_slowdown_during_collectives while any collective runs beside it
-// (NCCL kernels take SMs and HBM bandwidth), and when the profile says the two
+// (NCCL kernels take SMs and HBM bandwidth), a collective slower by
+// collective_slowdown_during_compute while compute runs beside it (the same
+// sharing seen from NCCL's side), and when the profile says the two
 // copy directions share one link, each runs at half speed while both run.
 //
 // Ranks are symmetric, so one simulation stands for every GPU: simulating a

@@ -167,6 +167,38 @@ TEST(CalibrationTest, FitsCpuAdamAloneAndSharedFromTheRunsThatRanThem) {
                        "scaled");
 }
 
+// collectives.slowdown_during_compute is measured by llmplan profile and
+// kept: the curves are fitted to the share of each collective it leaves, so
+// with the right slowdown they come back exactly, and a held-out run is
+// predicted exactly. Without it, the curves absorb the contention.
+TEST(CalibrationTest, KeepsTheMeasuredCollectiveSlowdownAndFitsTheCurvesToTheRest) {
+  ScratchDir dir;
+  HardwareProfile truth = TrueProfile();
+  truth.collective_slowdown_during_compute = 0.4;
+  HardwareProfile measured = Profile("h200-sxm");
+  measured.collective_slowdown_during_compute = 0.4;
+  const auto fitted = Runs(dir, "fit", FittedPlans(), truth, measured);
+  const Calibration c = Calibrate(measured, fitted);
+  const FittedTerm& kept = Term(c, "collectives.slowdown_during_compute");
+  EXPECT_FALSE(kept.fitted);
+  EXPECT_EQ(kept.after, 0.4);
+  EXPECT_EQ(c.profile.collective_slowdown_during_compute, 0.4);
+  EXPECT_NE(kept.note.find("measured by llmplan profile"), std::string::npos) << kept.note;
+  for (size_t i = 0; i < truth.intra_node.all_gather.points.size(); ++i)
+    ExpectRelativelyNear(c.profile.intra_node.all_gather.points[i].second,
+                         truth.intra_node.all_gather.points[i].second, 1e-3, "all-gather point " + std::to_string(i));
+  ExpectRelativelyNear(Curve(c, "collectives.intra_node.reduce_scatter").scale, 1.0, 1e-3, "reduce-scatter");
+  for (const CalibrationRun& run : Runs(dir, "held", HeldOutPlans(), truth, measured))
+    EXPECT_LT(std::abs(CompareOnProfile(run, c.profile).step_time_s.error()), 1e-3) << run.measured.dir;
+
+  // A profile that did not measure it: kept at 0, and the reduce-scatters,
+  // which run beside backward, come out slower than their curve.
+  const Calibration unmeasured = Calibrate(Profile("h200-sxm"), Runs(dir, "zero", FittedPlans(), truth, Profile("h200-sxm")));
+  EXPECT_EQ(unmeasured.profile.collective_slowdown_during_compute, 0);
+  EXPECT_NE(Term(unmeasured, "collectives.slowdown_during_compute").note.find("did not measure"), std::string::npos);
+  EXPECT_GT(Curve(unmeasured, "collectives.intra_node.reduce_scatter").scale, 1.01);
+}
+
 TEST(CalibrationTest, KeepsTermsTheRunsCannotIdentifyAndSaysWhy) {
   ScratchDir dir;
   const HardwareProfile start = Profile("h200-sxm"), truth = TrueProfile();

@@ -7,6 +7,7 @@
 
 #include "planner/cost_model.h"
 #include "planner/hardware_profile.h"
+#include "planner/user_error.h"
 #include "tests/planner/test_support.h"
 
 namespace llmplan {
@@ -131,6 +132,22 @@ TEST(CostModelTest, ProfilesLoadAndRoundTrip) {
     EXPECT_GT(p.AllocatorCapacityBytes(), 0);
   }
   EXPECT_GE(BuiltinProfileNames().size(), 5u);
+}
+
+TEST(CostModelTest, CollectiveSlowdownDuringComputeIsReadWrittenAndBounded) {
+  nlohmann::json j = HardwareProfileToJson(LoadHardwareProfile("h200-sxm"));
+  j["collectives"]["slowdown_during_compute"] = 0.45;
+  EXPECT_DOUBLE_EQ(HardwareProfileFromJson(j, "test").collective_slowdown_during_compute, 0.45);
+  EXPECT_DOUBLE_EQ(HardwareProfileToJson(HardwareProfileFromJson(j, "test"))["collectives"]["slowdown_during_compute"]
+                       .get<double>(),
+                   0.45);
+  // A profile written before the field was measured: collectives are not slowed.
+  j["collectives"].erase("slowdown_during_compute");
+  EXPECT_EQ(HardwareProfileFromJson(j, "test").collective_slowdown_during_compute, 0);
+  for (double bad : {-0.1, 11.0}) {
+    j["collectives"]["slowdown_during_compute"] = bad;
+    EXPECT_THROW(HardwareProfileFromJson(j, "test"), UserError) << bad;
+  }
 }
 
 }  // namespace

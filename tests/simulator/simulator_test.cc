@@ -268,6 +268,57 @@ TEST(SimulatorTest, ComputeSlowsExactlyWhileACollectiveRuns) {
   EXPECT_NEAR(r3.ops[c3].end, 3.0, kEps);
 }
 
+TEST(SimulatorTest, CollectiveSlowsExactlyWhileComputeRuns) {
+  // collectives.slowdown_during_compute 1.0: a collective runs at half speed
+  // while compute runs. A 2 s all-gather beside 1 s of compute does 0.5 s of
+  // its work in [0, 1] and the remaining 1.5 s alone: it ends at 2.5 s.
+  HardwareProfile p = RoundNumberProfile();
+  p.collective_slowdown_during_compute = 1.0;
+  HandProgram b;
+  const int f = b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
+  const int g = b.Add(OpKind::kAllGather, StreamKind::kGather, 2.0);
+  SimulationResult r = SimulateOn(b, p);
+  EXPECT_NEAR(r.ops[f].end, 1.0, kEps);  // compute_slowdown_during_collectives is 0 here
+  EXPECT_NEAR(r.ops[g].end, 2.5, kEps);
+  EXPECT_NEAR(r.exposed_communication_seconds, 1.5, kEps);
+
+  // Beside 5 s of compute it runs all its 2 s of work at half speed: 4 s,
+  // none of it exposed.
+  HandProgram covered;
+  covered.Add(OpKind::kForward, StreamKind::kCompute, 5.0);
+  const int rs = covered.Add(OpKind::kReduceScatter, StreamKind::kReduce, 2.0);
+  const SimulationResult rc = SimulateOn(covered, p);
+  EXPECT_NEAR(rc.ops[rs].end, 4.0, kEps);
+  EXPECT_NEAR(rc.exposed_communication_seconds, 0.0, kEps);
+
+  // Alone (compute waits for it) it takes its curve's time.
+  HandProgram alone;
+  const int ag = alone.Add(OpKind::kAllGather, StreamKind::kGather, 2.0);
+  const int after = alone.Add(OpKind::kForward, StreamKind::kCompute, 1.0, {ag});
+  SimulationResult ra = SimulateOn(alone, p);
+  EXPECT_NEAR(ra.ops[ag].end, 2.0, kEps);
+  EXPECT_NEAR(ra.ops[after].end, 3.0, kEps);
+
+  // Host copies are not collectives: a copy beside compute is not slowed.
+  HandProgram copy;
+  copy.Add(OpKind::kForward, StreamKind::kCompute, 3.0);
+  const int up = copy.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.0);
+  EXPECT_NEAR(SimulateOn(copy, p).ops[up].end, 1.0, kEps);
+
+  // Both slowdowns at once: 0.5 for compute, 1.0 for the collective. A 1 s
+  // all-gather beside 3 s of compute: both run slowed until the gather ends
+  // at 2 s (1 s of work at 1/2); compute has done 2/1.5 = 4/3 s of its 3 s
+  // by then and finishes the last 5/3 s alone: 2 + 5/3.
+  HardwareProfile both = p;
+  both.compute_slowdown_during_collectives = 0.5;
+  HandProgram mutual;
+  const int fc = mutual.Add(OpKind::kForward, StreamKind::kCompute, 3.0);
+  const int gc = mutual.Add(OpKind::kAllGather, StreamKind::kGather, 1.0);
+  SimulationResult rm = SimulateOn(mutual, both);
+  EXPECT_NEAR(rm.ops[gc].end, 2.0, kEps);
+  EXPECT_NEAR(rm.ops[fc].end, 2.0 + 5.0 / 3.0, kEps);
+}
+
 TEST(SimulatorTest, SharedHostLinkHalvesBothDirectionsWhileBothRun) {
   // h2d 1 s and d2h 2 s start together. Shared link: both at half speed until
   // h2d finishes at t = 2 (1 s of work at 0.5); d2h has done 1 s of its 2 s
