@@ -8,6 +8,7 @@
 #include "executor/comm/communicator.h"
 #include "executor/host_memory.h"
 #include "executor/loss/chunked_cross_entropy.h"
+#include "executor/out_of_memory.h"
 #include "executor/shard_model.h"
 #include "executor/torch_compat.h"
 #include "planner/user_error.h"
@@ -260,10 +261,18 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   result.lr = optimizer_.CurrentLearningRate();
   recorder_.BeginStep();
   // The whole step: every op of the program, in its order (step_program.h).
+  const int rank = comms_.world != nullptr ? comms_.world->rank() : 0;
   for (const StepOp& op : program_.ops) {
     recorder_.BeforeIssue(op.id);
     WaitForDeps(op);
-    Perform(op);
+    try {
+      MaybeInjectOutOfMemory(rank, op.id, device_);
+      Perform(op);
+    } catch (const c10::Error& e) {
+      if (!compat::IsOutOfMemory(e)) throw;
+      const compat::MemoryStats stats = compat::ReadMemoryStats(device_, ProcessPeakRssBytes());
+      throw OutOfMemoryError(plan_, program_, op, rank, device_, MemoryAtFailure{stats.allocated, stats.reserved});
+    }
     recorder_.AfterIssue(op.id);
     executed_.push_back(op.id);
   }

@@ -114,7 +114,9 @@ class StepInterpreter {
   // this step's (clipped) gradients. Returns after the device finished.
   // REQUIRES: micro_batches.size() == plan.grad_accum. Throws UserError for a
   // wrong shape or a token id outside [0, vocab) (checked on the host before
-  // any kernel when the batch is on the CPU).
+  // any kernel when the batch is on the CPU), and when an op runs out of
+  // memory (out_of_memory.h: the op, measured and predicted memory, a plan
+  // that would fit).
   StepResult Run(const std::vector<at::Tensor>& micro_batches);
 
  private:

@@ -254,6 +254,22 @@ inline MemoryStats ReadMemoryStats(const at::Device& device, int64_t process_pea
 }
 
 // ---------------------------------------------------------------------------
+// Out of memory
+
+// True when `e` is an allocator's out-of-memory failure: the CUDA caching
+// allocator's c10::OutOfMemoryError (LibTorch 2.x; "CUDA out of memory" in a
+// plain c10::Error on older builds) or the CPU allocator's "can't allocate
+// memory" (1.13) or "not enough memory" (2.x), a plain c10::Error in every
+// version.
+inline bool IsOutOfMemory(const c10::Error& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
+  const std::string& message = e.msg();
+  return message.find("out of memory") != std::string::npos ||
+         message.find("can't allocate memory") != std::string::npos ||
+         message.find("not enough memory") != std::string::npos;
+}
+
+// ---------------------------------------------------------------------------
 // Storage release (FSDP's `storage.resize_(0)`)
 
 // Frees the bytes under `tensor`'s storage but keeps the storage object, so
