@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "executor/checkpoint/crc32c.h"
 #include "planner/user_error.h"
 
 namespace llmplan::checkpoint {
@@ -80,8 +81,8 @@ bool WriteAll(int fd, const void* data, size_t n) {
 // ---------------------------------------------------------------------------
 // Writer
 
-void WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+FileDigest WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+                            const std::map<std::string, std::string>& metadata) {
   json header = json::object();  // std::map underneath: keys come out sorted
   std::vector<torch::Tensor> ordered;
   uint64_t offset = 0;
@@ -115,9 +116,17 @@ void WriteSafetensors(const std::string& path, const std::map<std::string, torch
   const std::string temp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw UserError(path + ": cannot create " + temp + " (" + Errno() + "): check the directory");
-  bool ok = WriteAll(fd, &header_len, 8) && WriteAll(fd, text.data(), text.size());
+  // The checksum is taken over the bytes as they are written, while they are
+  // in cache: no second pass over a multi-gigabyte file.
+  FileDigest digest;
+  auto write = [&](const void* data, size_t bytes) {
+    digest.crc32c = Crc32cExtend(digest.crc32c, data, bytes);
+    digest.bytes += bytes;
+    return WriteAll(fd, data, bytes);
+  };
+  bool ok = write(&header_len, 8) && write(text.data(), text.size());
   for (size_t i = 0; ok && i < ordered.size(); ++i) {
-    ok = WriteAll(fd, ordered[i].data_ptr(), ordered[i].nbytes());
+    ok = write(ordered[i].data_ptr(), ordered[i].nbytes());
   }
   // fsync before rename: otherwise a crash can leave the new name pointing at
   // an empty file on some filesystems.
@@ -129,6 +138,7 @@ void WriteSafetensors(const std::string& path, const std::map<std::string, torch
     ::unlink(temp.c_str());
     throw UserError(path + ": cannot write checkpoint (" + why + "): check free space and permissions");
   }
+  return digest;
 }
 
 // ---------------------------------------------------------------------------
@@ -314,6 +324,21 @@ torch::Tensor SafetensorsReader::Read(const std::string& name) const {
   } else if (n > 0) {
     std::memcpy(out.data_ptr(), src, e.end - e.begin);
   }
+  return out;
+}
+
+torch::Tensor SafetensorsReader::ReadRange(const std::string& name, int64_t first, int64_t count) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) throw UserError(path_ + ": no tensor named '" + name + "'");
+  const SafetensorsEntry& e = it->second;
+  const DtypeInfo* dtype = DtypeByName(e.dtype);
+  if (e.shape.size() != 1 || dtype->torch_type != torch::kFloat32 || e.dtype != "F32")
+    throw UserError(path_ + ": tensor '" + name + "' is not a 1-D F32 tensor");
+  if (first < 0 || count < 0 || first + count > e.shape[0])
+    throw UserError(path_ + ": elements [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                    ") of '" + name + "' are out of its range [0, " + std::to_string(e.shape[0]) + ")");
+  torch::Tensor out = torch::empty({count}, torch::TensorOptions().dtype(torch::kFloat32));
+  if (count > 0) std::memcpy(out.data_ptr(), map_ + data_offset_ + e.begin + 4 * first, 4 * count);
   return out;
 }
 

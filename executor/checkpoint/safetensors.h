@@ -28,6 +28,8 @@
 
 #include <torch/torch.h>
 
+#include "executor/checkpoint/crc32c.h"
+
 namespace llmplan::checkpoint {
 
 // Readers refuse headers larger than this (the reference implementation's
@@ -43,13 +45,14 @@ struct SafetensorsEntry {
   uint64_t end = 0;
 };
 
-// Writes `tensors` (ordered by name) and `metadata` to `path`.
+// Writes `tensors` (ordered by name) and `metadata` to `path`, fsynced, and
+// returns the file's size and CRC-32C (computed as it is written).
 // REQUIRES: every tensor is on the CPU (non-contiguous ones are made
 // contiguous) with a dtype listed above; no name is "__metadata__" or empty.
 // Throws std::invalid_argument for a violated REQUIRES and UserError when the
 // file cannot be written (the target is then left as it was).
-void WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+FileDigest WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+                            const std::map<std::string, std::string>& metadata = {});
 
 // Parses and validates a header. `header` is the N JSON bytes (trailing
 // spaces allowed), `data_bytes` the size of the data section. Returns the
@@ -80,6 +83,12 @@ class SafetensorsReader {
   // A new contiguous CPU tensor holding `name` (U16/U32 widened, see above).
   // REQUIRES: nothing. Throws UserError when `name` is absent.
   torch::Tensor Read(const std::string& name) const;
+  // Elements [first, first + count) of the 1-D F32 tensor `name`, as a new
+  // CPU tensor: how a resharded load reads only the part of a saved shard
+  // that falls in its own.
+  // REQUIRES: nothing. Throws UserError when `name` is absent, not 1-D F32,
+  // or the range is outside it.
+  torch::Tensor ReadRange(const std::string& name, int64_t first, int64_t count) const;
 
  private:
   std::string path_;

@@ -1,0 +1,181 @@
+#include "executor/checkpoint/checkpoint_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "executor/checkpoint/crc32c.h"
+#include "planner/user_error.h"
+
+namespace llmplan::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kPartialSuffix = ".partial";
+constexpr uint64_t kMaxManifestBytes = 64ull << 20;
+
+// "step-" followed by exactly 8 or more digits and nothing else.
+std::optional<int64_t> StepOfName(const std::string& name) {
+  if (name.rfind("step-", 0) != 0 || name.size() < 13 || name.size() > 23) return std::nullopt;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+// fsync of a file or directory by path: the data (or the directory's
+// entries) reach the disk before we depend on them.
+bool SyncPath(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  return ok;
+}
+
+void RemoveAll(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+}
+
+}  // namespace
+
+std::string CheckpointName(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+CheckpointStore::CheckpointStore(std::string dir) : dir_(std::move(dir)) {}
+
+std::string CheckpointStore::PathOf(int64_t step) const { return (fs::path(dir_) / CheckpointName(step)).string(); }
+
+std::vector<int64_t> CheckpointStore::CompleteSteps() const {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  fs::directory_iterator it(dir_, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const auto step = StepOfName(it->path().filename().string());
+    if (step && fs::is_regular_file(it->path() / "manifest.json", ec)) steps.push_back(*step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::optional<std::string> CheckpointStore::Newest() const {
+  const auto steps = CompleteSteps();
+  if (steps.empty()) return std::nullopt;
+  return PathOf(steps.back());
+}
+
+std::string CheckpointStore::Begin(int64_t step) const {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) throw UserError("cannot create checkpoint directory " + dir_ + ": " + ec.message() + ": choose another --ckpt-dir");
+  const std::string partial = PathOf(step) + kPartialSuffix;
+  RemoveAll(partial);
+  fs::create_directory(partial, ec);
+  if (ec) throw UserError("cannot create " + partial + ": " + ec.message() + ": check permissions and free space");
+  return partial;
+}
+
+std::string CheckpointStore::Commit(int64_t step, const CheckpointManifest& manifest) const {
+  const std::string final_path = PathOf(step), partial = final_path + kPartialSuffix;
+  auto fail = [&](const std::string& why) -> UserError {
+    RemoveAll(partial);
+    return UserError("checkpoint " + final_path + " not saved: " + why + " (the earlier checkpoints are intact)");
+  };
+  {
+    const std::string text = ManifestToJson(manifest).dump(1) + "\n";
+    const std::string path = partial + "/manifest.json";
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) throw fail("writing manifest.json failed (disk full?)");
+  }
+  // Every file, then the directory: the rename below must not publish
+  // entries whose data is still only in the page cache.
+  for (const CheckpointFile& f : manifest.files)
+    if (!SyncPath(partial + "/" + f.name, false)) throw fail("cannot fsync " + f.name + " (" + std::strerror(errno) + ")");
+  if (!SyncPath(partial + "/manifest.json", false) || !SyncPath(partial, true))
+    throw fail(std::string("fsync failed (") + std::strerror(errno) + ")");
+  // A complete checkpoint of the same step (saved before an interruption
+  // that came before the next save) is moved aside, then removed: rename()
+  // cannot replace a non-empty directory.
+  std::error_code ec;
+  const std::string aside = final_path + ".replaced";
+  if (fs::exists(final_path, ec)) {
+    RemoveAll(aside);
+    if (::rename(final_path.c_str(), aside.c_str()) != 0) throw fail(std::string("cannot replace the older copy (") + std::strerror(errno) + ")");
+  }
+  if (::rename(partial.c_str(), final_path.c_str()) != 0) throw fail(std::string("rename failed (") + std::strerror(errno) + ")");
+  SyncPath(dir_, true);
+  RemoveAll(aside);
+  return final_path;
+}
+
+void CheckpointStore::Abandon(int64_t step) const { RemoveAll(PathOf(step) + kPartialSuffix); }
+
+void CheckpointStore::Prune(int keep, int64_t except_partial_step) const {
+  const auto steps = CompleteSteps();
+  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) RemoveAll(PathOf(steps[i]));
+  std::error_code ec;
+  fs::directory_iterator it(dir_, ec), end;
+  std::vector<fs::path> stale;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const size_t n = std::strlen(kPartialSuffix);
+    if (name.size() > n && name.compare(name.size() - n, n, kPartialSuffix) == 0) {
+      const auto step = StepOfName(name.substr(0, name.size() - n));
+      if (step && *step != except_partial_step) stale.push_back(it->path());
+    }
+  }
+  for (const auto& p : stale) RemoveAll(p.string());
+}
+
+CheckpointManifest ReadManifest(const std::string& checkpoint_dir) {
+  const std::string path = (fs::path(checkpoint_dir) / "manifest.json").string();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw UserError(checkpoint_dir + " is not a complete checkpoint (no manifest.json): pass a CKPT_DIR/step-NNNNNNNN directory");
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kMaxManifestBytes)
+    throw UserError(path + " is not a regular file under 64 MiB: the checkpoint is damaged");
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) throw UserError("cannot read " + path);
+  return ParseManifest(text.str(), path);
+}
+
+void VerifyCheckpointFiles(const std::string& checkpoint_dir, const CheckpointManifest& manifest,
+                           const std::vector<std::string>& files) {
+  for (const CheckpointFile& f : manifest.files) {
+    if (!files.empty() && std::find(files.begin(), files.end(), f.name) == files.end()) continue;
+    const std::string path = (fs::path(checkpoint_dir) / f.name).string();
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    const std::string advice = ": the checkpoint is damaged and was not loaded; resume from an older one (--resume-from)";
+    if (ec) throw UserError(path + " is missing (" + ec.message() + ")" + advice);
+    if (size != f.bytes)
+      throw UserError(path + " has " + std::to_string(size) + " bytes, the manifest says " + std::to_string(f.bytes) + advice);
+    const FileDigest digest = DigestFile(path);
+    if (digest.crc32c != f.crc32c)
+      throw UserError(path + " has checksum " + Crc32cText(digest.crc32c) + ", the manifest says " + Crc32cText(f.crc32c) + advice);
+  }
+}
+
+}  // namespace llmplan::checkpoint

@@ -1,0 +1,192 @@
+// The checkpoint's building blocks, without training: the CRC-32C that
+// guards every file, the manifest's validating parser, the store's atomic
+// commit and pruning, and the damage checks a resume runs before loading.
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "executor/checkpoint/checkpoint_store.h"
+#include "executor/checkpoint/crc32c.h"
+#include "executor/checkpoint/manifest.h"
+#include "planner/user_error.h"
+
+namespace llmplan::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(Crc32c, MatchesTheStandardCheckValues) {
+  // RFC 3720 (iSCSI) B.4 and the common "123456789" check value.
+  EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(Crc32c("", 0), 0u);
+  std::string zeros(32, '\0'), ones(32, '\xff');
+  EXPECT_EQ(Crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);
+  EXPECT_EQ(Crc32c(ones.data(), ones.size()), 0x62A8AB43u);
+  EXPECT_EQ(Crc32cText(0xE3069283u), "crc32c:e3069283");
+}
+
+TEST(Crc32c, ExtendingEqualsOnePass) {
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += static_cast<char>(i * 7 + 3);
+  const uint32_t whole = Crc32c(text.data(), text.size());
+  for (size_t cut : {0, 1, 7, 8, 9, 500, 999, 1000}) {
+    EXPECT_EQ(Crc32cExtend(Crc32c(text.data(), cut), text.data() + cut, text.size() - cut), whole) << cut;
+  }
+}
+
+CheckpointManifest SmallManifest() {
+  CheckpointManifest m;
+  m.step = 7;
+  m.data_position = 56;
+  m.tokens_seen = 7 * 512;
+  m.seed = 1234;
+  m.model_name = "tiny";
+  m.saved_gpus = 2;
+  m.saved_strategy = "full_shard";
+  m.saved_shard_group_size = 2;
+  m.created_utc = "2026-11-30T00:00:00Z";
+  CheckpointUnit u;
+  u.name = "embed";
+  u.numel = 10;
+  u.params = {{"model.embed_tokens.weight", {5, 2}}};
+  u.pieces = {{"shard-00000-of-00002.safetensors", 0, 5}, {"shard-00001-of-00002.safetensors", 5, 5}};
+  m.units = {u};
+  m.files = {{"shard-00000-of-00002.safetensors", 100, 0xdeadbeef}, {"shard-00001-of-00002.safetensors", 100, 1}};
+  return m;
+}
+
+TEST(Manifest, RoundTrips) {
+  const CheckpointManifest m = SmallManifest();
+  const CheckpointManifest back = ParseManifest(ManifestToJson(m).dump(), "m");
+  EXPECT_EQ(back.step, 7);
+  EXPECT_EQ(back.data_position, 56);
+  EXPECT_EQ(back.seed, 1234u);
+  ASSERT_EQ(back.units.size(), 1u);
+  EXPECT_EQ(back.units[0].params[0].shape, (std::vector<int64_t>{5, 2}));
+  ASSERT_EQ(back.units[0].pieces.size(), 2u);
+  EXPECT_EQ(back.units[0].pieces[1].begin, 5);
+  EXPECT_EQ(back.files[0].crc32c, 0xdeadbeefu);
+}
+
+// Each mutation must be refused with a one-line message naming the problem.
+TEST(Manifest, RefusesWhatWouldLoadWrongValues) {
+  struct Case {
+    const char* what;
+    std::function<void(nlohmann::json&)> mutate;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"gap", [](nlohmann::json& j) { j["units"][0]["pieces"][1]["begin"] = 6; }, "starts at 6, expected 5"},
+      {"short", [](nlohmann::json& j) { j["units"][0]["pieces"][1]["count"] = 4; }, "cover 9 of 10"},
+      {"numel", [](nlohmann::json& j) { j["units"][0]["numel"] = 11; }, "params hold 10"},
+      {"unknown file", [](nlohmann::json& j) { j["units"][0]["pieces"][0]["file"] = "other"; }, "not in files"},
+      {"path", [](nlohmann::json& j) { j["files"][0]["name"] = "../../etc/passwd"; }, "not a plain file name"},
+      {"version", [](nlohmann::json& j) { j["version"] = 99; }, "version 99"},
+      {"format", [](nlohmann::json& j) { j["format"] = "torch"; }, "format"},
+      {"negative", [](nlohmann::json& j) { j["step"] = -1; }, "out of range"},
+      {"checksum", [](nlohmann::json& j) { j["files"][0]["checksum"] = "md5:00"; }, "crc32c:<8 hex digits>"},
+      {"duplicate", [](nlohmann::json& j) { j["files"][1]["name"] = j["files"][0]["name"]; }, "listed twice"},
+      {"huge", [](nlohmann::json& j) { j["units"][0]["params"][0]["shape"] = {1LL << 40, 1LL << 40}; }, "too large"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = ManifestToJson(SmallManifest());
+    c.mutate(j);
+    try {
+      ParseManifest(j.dump(), "ckpt/manifest.json");
+      ADD_FAILURE() << c.what << ": accepted";
+    } catch (const UserError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(c.message), std::string::npos) << c.what << ": " << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+      EXPECT_EQ(message.rfind("ckpt/manifest.json: invalid checkpoint manifest", 0), 0u) << message;
+    }
+  }
+  EXPECT_THROW(ParseManifest("{not json", "m"), UserError);
+  EXPECT_THROW(ParseManifest("[]", "m"), UserError);
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("llmplan_ckpt_store_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A checkpoint of one file holding `text`, committed at `step`.
+  std::string Save(const CheckpointStore& store, int64_t step, const std::string& text) {
+    const std::string partial = store.Begin(step);
+    std::ofstream(partial + "/data.bin", std::ios::binary) << text;
+    CheckpointManifest m = SmallManifest();
+    m.step = step;
+    m.files = {{"data.bin", text.size(), Crc32c(text.data(), text.size())}};
+    m.units[0].pieces = {{"data.bin", 0, 10}};
+    return store.Commit(step, m);
+  }
+  fs::path dir_;
+};
+
+TEST_F(StoreTest, OnlyCommittedCheckpointsAreListedAndOldOnesPruned) {
+  CheckpointStore store(dir_.string());
+  EXPECT_FALSE(store.Newest().has_value());
+  Save(store, 2, "two");
+  Save(store, 4, "four");
+  store.Begin(6);  // a save that crashed before its commit
+  EXPECT_EQ(store.CompleteSteps(), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(*store.Newest(), (dir_ / "step-00000004").string());
+  Save(store, 8, "eight");
+  store.Prune(2);
+  EXPECT_EQ(store.CompleteSteps(), (std::vector<int64_t>{4, 8}));
+  EXPECT_FALSE(fs::exists(dir_ / "step-00000006.partial"));
+  // The same step again (a resumed run reaching it) replaces it whole.
+  Save(store, 8, "EIGHT!");
+  const CheckpointManifest m = ReadManifest(store.PathOf(8));
+  EXPECT_EQ(m.files[0].bytes, 6u);
+  VerifyCheckpointFiles(store.PathOf(8), m);
+}
+
+TEST_F(StoreTest, DamagedFilesAreDetectedBeforeLoading) {
+  CheckpointStore store(dir_.string());
+  const std::string path = Save(store, 3, "0123456789abcdef");
+  const CheckpointManifest m = ReadManifest(path);
+  VerifyCheckpointFiles(path, m);
+  {  // one flipped bit
+    std::fstream f(path + "/data.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(5);
+    f.put('4');
+  }
+  try {
+    VerifyCheckpointFiles(path, m);
+    ADD_FAILURE() << "a damaged file passed";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("has checksum"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("was not loaded"), std::string::npos) << e.what();
+  }
+  fs::resize_file(path + "/data.bin", 4);  // truncated
+  EXPECT_THROW(VerifyCheckpointFiles(path, m), UserError);
+  fs::remove(path + "/data.bin");
+  EXPECT_THROW(VerifyCheckpointFiles(path, m), UserError);
+  // A directory without a manifest is not a checkpoint.
+  EXPECT_THROW(ReadManifest(dir_.string()), UserError);
+}
+
+TEST_F(StoreTest, AFailedCommitLeavesTheEarlierCheckpoints) {
+  CheckpointStore store(dir_.string());
+  Save(store, 1, "one");
+  const std::string partial = store.Begin(2);
+  CheckpointManifest m = SmallManifest();
+  m.step = 2;
+  m.files = {{"missing.bin", 3, 0}};
+  m.units[0].pieces = {{"missing.bin", 0, 10}};
+  EXPECT_THROW(store.Commit(2, m), UserError);  // its file cannot be fsynced: not published
+  EXPECT_EQ(store.CompleteSteps(), (std::vector<int64_t>{1}));
+  EXPECT_FALSE(fs::exists(partial));
+}
+
+}  // namespace
+}  // namespace llmplan::checkpoint
