@@ -17,6 +17,11 @@ class BatchSource {
   virtual at::Tensor Next() = 0;
   // Global samples consumed so far: the data position a checkpoint saves.
   virtual int64_t position() const = 0;
+  // Continues from global sample `next_sample` (a resumed run's position), so
+  // the next Next() returns what it would have returned there.
+  // REQUIRES: called before the first Next(). Throws UserError when the
+  // source cannot seek.
+  virtual void Seek(int64_t next_sample) = 0;
 };
 
 }  // namespace llmplan::executor

@@ -78,16 +78,21 @@ std::vector<at::Tensor> FlatUnit::MasterViews() {
   return views;
 }
 
+int64_t FlatUnit::owned_begin() const { return std::min(shard_offset(), numel_); }
+
+int64_t FlatUnit::owned_numel() const { return std::min(shard_offset() + shard_numel(), numel_) - owned_begin(); }
+
 void FlatUnit::SetMasterFromFull(const at::Tensor& full) {
   TORCH_CHECK(full.numel() == numel_, "FlatUnit::SetMasterFromFull: ", full.numel(), " values for ", numel_);
+  SetMasterOwned(full.reshape({-1}).narrow(0, owned_begin(), owned_numel()));
+}
+
+void FlatUnit::SetMasterOwned(const at::Tensor& owned) {
+  TORCH_CHECK(owned.numel() == owned_numel(), "FlatUnit::SetMasterOwned: ", owned.numel(), " values for ", owned_numel());
   at::NoGradGuard no_grad;
-  at::Tensor flat = full.reshape({-1});
-  // This rank's slice of the padded vector: the real values that fall in it,
-  // then zeros for the padding past numel.
-  const int64_t begin = std::min(shard_offset(), numel_);
-  const int64_t end = std::min(shard_offset() + shard_numel(), numel_);
+  // The real values, then zeros for the padding past numel.
   master_.zero_();
-  if (end > begin) master_.narrow(0, 0, end - begin).copy_(flat.narrow(0, begin, end - begin));
+  if (owned.numel() > 0) master_.narrow(0, 0, owned.numel()).copy_(owned.reshape({-1}));
   if (compute_shard_.defined()) compute_shard_.copy_(master_);
 }
 

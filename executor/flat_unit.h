@@ -104,10 +104,18 @@ class FlatUnit {
   // REQUIRES: group_size() == 1 (a shard does not hold whole parameters).
   std::vector<at::Tensor> MasterViews();
 
+  // The real elements of this rank's slice: [owned_begin(), owned_begin() +
+  // owned_numel()) of the unit's unpadded flat vector (the rest is padding).
+  int64_t owned_begin() const;
+  int64_t owned_numel() const;
+
   // Sets this rank's master slice from the whole unit's fp32 values (any
   // device) and refreshes compute_shard.
   // REQUIRES: full has numel() elements.
   void SetMasterFromFull(const at::Tensor& full);
+  // The same from just this rank's real elements (a checkpoint's range).
+  // REQUIRES: owned has owned_numel() elements.
+  void SetMasterOwned(const at::Tensor& owned);
 
   // compute <- master (or compute_shard when the master is on the host), cast
   // to the compute dtype. Materialises compute first if it was released.

@@ -7,12 +7,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/atomic_file.h"
 #include "planner/user_error.h"
 #include "simulator/trace.h"
 
 namespace llmplan::executor {
 
-MetricsLog::MetricsLog(const std::string& run_dir, int64_t total_steps, bool progress, std::string per_device)
+MetricsLog::MetricsLog(const std::string& run_dir, int64_t total_steps, bool progress, std::string per_device,
+                       bool append)
     : run_dir_(run_dir),
       total_steps_(total_steps),
       progress_(progress),
@@ -22,8 +24,9 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t total_steps, bool pro
   std::error_code ec;
   std::filesystem::create_directories(run_dir_, ec);
   if (ec) throw UserError("cannot create run directory " + run_dir_ + ": " + ec.message());
-  metrics_.open(run_dir_ + "/metrics.jsonl", std::ios::trunc);
-  op_times_.open(run_dir_ + "/op_times.jsonl", std::ios::trunc);
+  const auto mode = append ? std::ios::app : std::ios::trunc;
+  metrics_.open(run_dir_ + "/metrics.jsonl", mode);
+  op_times_.open(run_dir_ + "/op_times.jsonl", mode);
   if (!metrics_ || !op_times_) throw UserError("cannot write to run directory " + run_dir_);
 }
 
@@ -69,6 +72,7 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
                         {"data_position", m.data_position}};
     metrics_ << j.dump() << "\n";
     metrics_.flush();  // a crashed run still leaves every finished step on disk
+    if (!metrics_) throw UserError("writing " + run_dir_ + "/metrics.jsonl failed at step " + std::to_string(m.step) + " (disk full?): free space, then resume from the last checkpoint");
     const size_t n = measurement.ops.size();
     std::vector<double> start(n), end(n), issued(n);
     std::vector<int64_t> allocated(n), reserved(n), peak_allocated(n), peak_reserved(n);
@@ -94,6 +98,7 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
                      .dump()
               << "\n";
     op_times_.flush();
+    if (!op_times_) throw UserError("writing " + run_dir_ + "/op_times.jsonl failed at step " + std::to_string(m.step) + " (disk full?): free space, then resume from the last checkpoint");
   }
   if (!progress_) return;
   char line[256];
@@ -109,6 +114,10 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
 
 void MetricsLog::Finish(const RunSummary& s) {
   nlohmann::json j = {{"steps", s.steps},
+                      {"start_step", s.start_step},
+                      {"resumed_from", s.resumed_from},
+                      {"stopped_by", s.stopped_by},
+                      {"last_checkpoint", s.last_checkpoint},
                       {"first_loss", s.first_loss},
                       {"final_loss", s.final_loss},
                       {"losses", s.losses},
@@ -125,18 +134,14 @@ void MetricsLog::Finish(const RunSummary& s) {
                       {"device", s.device},
                       {"torch_version", s.torch_version},
                       {"attention_backend", s.attention_backend}};
-  if (!run_dir_.empty()) {
-    std::ofstream out(run_dir_ + "/summary.json", std::ios::trunc);
-    out << j.dump(1) << "\n";
-    if (!out) throw UserError("cannot write " + run_dir_ + "/summary.json");
-  }
+  if (!run_dir_.empty()) WriteFileAtomically(run_dir_ + "/summary.json", j.dump(1) + "\n", "run summary");
   if (!progress_) return;
   if (terminal_) std::cout << "\n";
   char line[320];
   std::snprintf(line, sizeof line,
-                "done: %lld steps in %.1fs  loss %.4f -> %.4f  %.0f tok/s/%s  mfu %.1f%%  hfu %.1f%%  peak %.2f GiB "
+                "%s: %lld steps in %.1fs  loss %.4f -> %.4f  %.0f tok/s/%s  mfu %.1f%%  hfu %.1f%%  peak %.2f GiB "
                 "allocated / %.2f GiB reserved (%s)",
-                static_cast<long long>(s.steps), s.total_s, s.first_loss, s.final_loss, s.mean_tokens_per_s_per_gpu,
+                s.stopped_by.empty() ? "done" : ("stopped by " + s.stopped_by).c_str(), static_cast<long long>(s.steps), s.total_s, s.first_loss, s.final_loss, s.mean_tokens_per_s_per_gpu,
                 per_device_.c_str(),
                 100.0 * s.mean_mfu, 100.0 * s.mean_hfu, s.peak_allocated_bytes / 1073741824.0,
                 s.peak_reserved_bytes / 1073741824.0, s.memory_source.c_str());
@@ -144,6 +149,7 @@ void MetricsLog::Finish(const RunSummary& s) {
   if (s.peak_pinned_host_bytes > 0)
     std::printf("host: %.2f GiB pinned for offloaded state and staging, %.2f GiB resident at peak\n",
                 s.peak_pinned_host_bytes / 1073741824.0, s.peak_host_rss_bytes / 1073741824.0);
+  if (!s.last_checkpoint.empty()) std::cout << "checkpoint: " << s.last_checkpoint << "\n";
   if (!run_dir_.empty()) std::cout << "metrics: " << run_dir_ << "/metrics.jsonl" << std::endl;
 }
 

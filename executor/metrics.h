@@ -55,7 +55,11 @@ struct StepMetrics {
 };
 
 struct RunSummary {
-  int64_t steps = 0;
+  int64_t steps = 0;        // optimizer steps this invocation ran
+  int64_t start_step = 0;   // steps already taken when it started (a resumed run's checkpoint)
+  std::string resumed_from;  // that checkpoint's directory ("" when it started from step 0)
+  std::string stopped_by;    // "SIGINT" / "SIGTERM" when a signal ended it early, else ""
+  std::string last_checkpoint;  // the newest checkpoint this run saved ("" if none)
   double first_loss = 0, final_loss = 0;
   std::vector<double> losses;  // per step
   double mean_tokens_per_s = 0;  // over steps after the first (warm-up excluded when possible); whole job
@@ -73,11 +77,15 @@ struct RunSummary {
 
 class MetricsLog {
  public:
-  // Creates run_dir (when not empty) and opens its files; with an empty
-  // run_dir nothing is written to disk. `progress`: print a line per step.
-  // `per_device`: what one rank is, in the progress lines ("GPU" or "rank").
-  // Throws UserError when run_dir cannot be created or written.
-  MetricsLog(const std::string& run_dir, int64_t total_steps, bool progress, std::string per_device);
+  // Creates run_dir (when not empty) and opens its files, appending to them
+  // when `append` (a resumed run); with an empty run_dir nothing is written
+  // to disk. `progress`: print a line per step. `per_device`: what one rank
+  // is, in the progress lines ("GPU" or "rank").
+  // Throws UserError when run_dir cannot be created or written, and from
+  // LogStep/Finish as soon as a write fails (a full disk), so a run does not
+  // train on for hours with its record lost.
+  MetricsLog(const std::string& run_dir, int64_t total_steps, bool progress, std::string per_device,
+             bool append = false);
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 

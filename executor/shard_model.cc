@@ -48,7 +48,7 @@ at::Tensor InitialValues(const LlamaModel& model, int u, uint64_t seed) {
 }  // namespace
 
 std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan, const at::Device& device,
-                                       int shard_rank) {
+                                       int shard_rank, const UnitValues& values) {
   FlatUnitOptions options;
   options.group_size = plan.shard_group_size;
   options.rank = shard_rank;
@@ -70,7 +70,7 @@ std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan
     std::vector<at::Tensor> full(last - first);
     std::vector<std::thread> threads;
     std::vector<std::exception_ptr> failed(last - first);
-    for (int u = first; u < last; ++u) {
+    for (int u = first; u < last && !values; ++u) {
       threads.emplace_back([&, u] {
         try {
           full[u - first] = InitialValues(model, u, plan.seed);
@@ -85,7 +85,11 @@ std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan
     for (int u = first; u < last; ++u) {
       units.emplace_back(model.unit_params(u), options, device);
       FlatUnit& unit = units.back();
-      unit.SetMasterFromFull(full[u - first]);  // this rank's slice
+      if (values) {
+        unit.SetMasterOwned(values(u, unit.owned_begin(), unit.owned_numel()));
+      } else {
+        unit.SetMasterFromFull(full[u - first]);  // this rank's slice
+      }
       full[u - first] = at::Tensor();
       if (unit.group_size() == 1) {
         unit.GatherLocal();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,12 @@ std::vector<FlatUnit> MakeFlatUnits(const LlamaModel& model, const at::Device& d
 // the model equals the single-process one. Unsharded units are gathered
 // (ready to train); sharded ones start released (the program gathers them).
 // REQUIRES: plan.Validate() passes; 0 <= shard_rank < plan.shard_group_size.
+// `values`, when given, supplies each unit's master instead of the seed (a
+// checkpoint or pretrained weights): values(u, begin, count) returns elements
+// [begin, begin + count) of unit u's unpadded flat vector, fp32, any device.
+using UnitValues = std::function<at::Tensor(int unit, int64_t begin, int64_t count)>;
 std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan, const at::Device& device,
-                                       int shard_rank);
+                                       int shard_rank, const UnitValues& values = {});
 
 // The whole unit's fp32 values, unpadded, on the host: this rank's master
 // when unsharded, else the master shards all-gathered over `shard` (a

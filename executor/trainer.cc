@@ -1,5 +1,7 @@
 #include "executor/trainer.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,7 +13,10 @@
 #include <thread>
 
 #include "executor/batch_source.h"
+#include "executor/checkpoint/checkpoint_store.h"
+#include "executor/checkpoint/pretrained_weights.h"
 #include "executor/checkpoint/safetensors.h"
+#include "executor/checkpoint/sharded_checkpoint.h"
 #include "executor/comm/collective_watchdog.h"
 #include "executor/comm/distributed_env.h"
 #include "executor/comm/process_groups.h"
@@ -19,10 +24,12 @@
 #include "executor/flat_unit.h"
 #include "executor/host_memory.h"
 #include "executor/model/llama_model.h"
+#include "executor/preflight.h"
 #include "executor/optimizer/adamw.h"
 #include "executor/shard_model.h"
 #include "executor/step_interpreter.h"
 #include "executor/step_recorder.h"
+#include "executor/stop_request.h"
 #include "executor/torch_compat.h"
 #include "planner/estimate.h"
 #include "planner/hardware_profile.h"
@@ -84,26 +91,29 @@ std::string ProbeAttentionBackend(const Plan& plan, const at::Device& device) {
 // The batch loader behind the BatchSource interface.
 class TokenFileBatches : public BatchSource {
  public:
-  TokenFileBatches(const Plan& plan, const std::string& path, const DistributedEnv& env)
-      : loader_(
-            [&] {
-              data::BatchLoaderOptions o;
-              o.path = path;
-              o.seq_len = plan.seq_len;
-              o.micro_batch = plan.micro_batch;
-              o.rank = env.rank;  // rank r reads rows r*micro_batch.. of every global micro-batch
-              o.world = env.world_size;
-              o.vocab = plan.model.vocab;
-              o.seed = plan.seed;
-              o.shuffle = true;
-              return o;
-            }(),
-            data::DataPosition{}) {}
-  at::Tensor Next() override { return loader_.Next().tokens; }
-  int64_t position() const override { return loader_.position().next_sample; }
+  TokenFileBatches(const Plan& plan, const std::string& path, const DistributedEnv& env) {
+    options_.path = path;
+    options_.seq_len = plan.seq_len;
+    options_.micro_batch = plan.micro_batch;
+    options_.rank = env.rank;  // rank r reads rows r*micro_batch.. of every global micro-batch
+    options_.world = env.world_size;
+    options_.vocab = plan.model.vocab;
+    options_.seed = plan.seed;
+    options_.shuffle = true;
+    loader_ = std::make_unique<data::BatchLoader>(options_, data::DataPosition{});
+  }
+  at::Tensor Next() override { return loader_->Next().tokens; }
+  int64_t position() const override { return loader_->position().next_sample; }
+  // A new loader whose producer starts at the position (the order is a pure
+  // function of the seed and the position).
+  void Seek(int64_t next_sample) override {
+    loader_.reset();
+    loader_ = std::make_unique<data::BatchLoader>(options_, data::DataPosition{next_sample});
+  }
 
  private:
-  data::BatchLoader loader_;
+  data::BatchLoaderOptions options_;
+  std::unique_ptr<data::BatchLoader> loader_;
 };
 
 // The whole model in fp32 under Hugging Face names, unpadded and in each
@@ -130,6 +140,9 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   const Plan& plan = config.plan;
   plan.Validate();
   if (config.steps < 1) throw UserError("--steps must be at least 1");
+  if ((config.resume || !config.resume_from.empty()) && !config.init_from.empty())
+    throw UserError("--init-from starts a new run and --resume continues one: pass one of them");
+  if (config.ckpt_every < 0 || config.ckpt_keep < 1) throw UserError("--ckpt-every must be >= 0 and --ckpt-keep >= 1");
   const auto run_start = Clock::now();
 
   // --- processes: one per GPU, connected by a shard and a replica group ---
@@ -139,6 +152,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
                     " process(es) were started (" + env.source + "): start one process per GPU of the plan, or make "
                     "the plan with llmplan estimate --gpus " + std::to_string(env.world_size));
   const at::Device device = ParseDevice(config.device, env);
+  CheckPlanFitsHost(plan, device, env.local_world_size);  // a CPU plan must fit in MemAvailable
 #ifdef LLMPLAN_WITH_CUDA
   // Make this rank's GPU the thread's current device before any CUDA work
   // (NCCL init, streams, events, kernels): code that takes "the current
@@ -147,6 +161,27 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   if (device.is_cuda()) c10::cuda::set_device(device.index());
 #endif
   const bool rank0 = env.rank == 0;
+  // The run directory is rank 0's: checked and locked before anything is
+  // written, so an earlier run is never overwritten by accident.
+  std::unique_ptr<RunDirectoryLock> run_dir_lock;
+  if (rank0 && !config.run_dir.empty()) {
+    CheckRunDirectory(config.run_dir, config.run_dir_mode);
+    run_dir_lock = std::make_unique<RunDirectoryLock>(config.run_dir);
+  }
+  // Checkpoints: which one to resume from is decided from the directory
+  // alone (every rank sees the same complete checkpoints; rank 0 removes a
+  // crash's partial ones before the first collective, so before any rank can
+  // start a save).
+  std::string resume_path = config.resume_from;
+  if (config.resume && resume_path.empty()) {
+    if (config.ckpt_dir.empty()) throw UserError("--resume needs --ckpt-dir (where the checkpoints are)");
+    resume_path = checkpoint::CheckpointStore(config.ckpt_dir).Newest().value_or("");
+    if (resume_path.empty() && rank0 && config.progress)
+      std::cout << "no checkpoint in " << config.ckpt_dir << " yet: starting at step 0" << std::endl;
+  }
+  if (rank0 && !config.ckpt_dir.empty()) checkpoint::CheckpointStore(config.ckpt_dir).Prune(config.ckpt_keep);
+  StopRequest stop_request;  // SIGINT/SIGTERM: stop at the next step boundary
+
   // CPU tensors are counted from here on, so a CPU run reports the bytes its
   // tensors hold (as the caching allocator does on a GPU), not the RSS.
   if (!device.is_cuda()) compat::InstallCpuTensorCounter();
@@ -164,17 +199,45 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
 
   // --- model, parameters (sharded over the shard group), optimizer, step program ---
   LlamaModel model(plan.model);
-  std::vector<FlatUnit> units =
-      MakeShardedUnits(model, plan, device, comms.shard != nullptr ? comms.shard->rank() : 0);
+  const int shard_rank = comms.shard != nullptr ? comms.shard->rank() : 0;
+  // The initial values: the seed's, a checkpoint's (resume) or pretrained ones.
+  std::unique_ptr<CheckpointReader> resume_from;
+  std::unique_ptr<PretrainedWeights> pretrained;
+  UnitValues initial_values;
+  if (!resume_path.empty()) {
+    resume_from = std::make_unique<CheckpointReader>(resume_path, model);
+    resume_from->VerifyFilesFor(plan.shard_group_size, shard_rank);  // damaged: refused before a byte is used
+    initial_values = [&](int u, int64_t begin, int64_t count) { return resume_from->Read(u, "master", begin, count); };
+  } else if (!config.init_from.empty()) {
+    pretrained = std::make_unique<PretrainedWeights>(config.init_from, model);
+    initial_values = [&](int u, int64_t begin, int64_t count) { return pretrained->UnitRange(u, begin, count); };
+  }
+  std::vector<FlatUnit> units = MakeShardedUnits(model, plan, device, shard_rank, initial_values);
   AdamW optimizer(plan.optimizer, ShardNumels(units), device, /*allow_fused=*/true,
                   /*state_on_host=*/OffloadsOptimizer(plan.offload));
+  if (resume_from) {
+    resume_from->RestoreOptimizer(units, optimizer.state());
+    data.Seek(resume_from->manifest().data_position);
+  }
+  pretrained.reset();
+  const int64_t start_step = optimizer.state().step;
   // The node's cores, split between the ranks on it.
   optimizer.SetCpuThreads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size));
   const HardwareProfile profile = ProfileOrDefault(plan.profile, config.progress && rank0);
   StepInterpreter step(plan, model, units, optimizer, BuildStepProgram(plan, profile), device, comms);
 
+  std::unique_ptr<CheckpointWriter> checkpoints;
+  if (!config.ckpt_dir.empty()) {
+    CheckpointOptions o;
+    o.dir = config.ckpt_dir;
+    o.every = config.ckpt_every;
+    o.keep = config.ckpt_keep;
+    o.async = config.ckpt_async;
+    checkpoints = std::make_unique<CheckpointWriter>(plan, model, env.rank, o);
+  }
+  if (run_dir_lock) PrepareRunDirectory(config.run_dir, config.run_dir_mode, start_step);
   MetricsLog log(rank0 ? config.run_dir : std::string(), config.steps, config.progress && rank0,
-                 device.is_cuda() ? "GPU" : "rank");
+                 device.is_cuda() ? "GPU" : "rank", /*append=*/config.run_dir_mode == RunDirectoryMode::kResume);
   log.WritePlanAndProgram(plan, step.program());
   const double peak_flops = profile.bf16_peak_flops;
   const double model_flops = plan.model.ModelFlopsPerToken(plan.seq_len), hardware_flops = HardwareFlopsPerToken(plan);
@@ -183,11 +246,41 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   summary.device = device.str();
   summary.torch_version = compat::TorchVersion();
   summary.attention_backend = ProbeAttentionBackend(plan, device);
+  summary.start_step = start_step;
+  if (resume_from) {
+    summary.resumed_from = resume_from->path();
+    if (rank0 && config.progress)
+      std::cout << "resumed from " << resume_from->path() << " (step " << start_step << ", sample "
+                << resume_from->manifest().data_position << ")" << std::endl;
+  }
+  resume_from.reset();
   double timed_tokens_per_s = 0, timed_tokens_per_s_per_gpu = 0, timed_mfu = 0, timed_hfu = 0;
   int64_t timed_steps = 0;
 
+  // Saves a checkpoint of the state after `taken` steps (a warning, never a
+  // failure, when it cannot: the previous checkpoints are intact and
+  // training goes on).
+  auto save_checkpoint = [&](int64_t taken) {
+    if (!checkpoints || checkpoints->last_saved_step() == taken) return;
+    const std::string error = checkpoints->Save(
+        units, optimizer.state(), TrainingProgress{taken, data.position(), taken * plan.TokensPerStep()});
+    if (!error.empty() && rank0) std::cerr << "llmplan: warning: " << error << std::endl;
+    summary.last_checkpoint = checkpoint::CheckpointStore(config.ckpt_dir).PathOf(taken);
+  };
+  // Every rank must stop at the same step boundary, whichever got the
+  // signal: one tiny all-reduce of the signal numbers (~tens of µs, once a
+  // step, outside the step program).
+  auto agreed_stop_signal = [&]() -> int {
+    int sig = StopRequest::Signal();
+    if (comms.world == nullptr) return sig;
+    at::Tensor flag = at::full({1}, static_cast<float>(sig), at::TensorOptions().dtype(at::kFloat).device(groups.device));
+    comms.world->AllReduce(flag, "stop vote")->Wait();
+    if (flag.to(at::kCPU).item<float>() == 0) return 0;
+    return sig != 0 ? sig : SIGTERM;  // another rank's signal
+  };
+
   // --- the loop ---
-  for (int64_t s = 0; s < config.steps; ++s) {
+  for (int64_t taken = start_step; taken < config.steps; ++taken) {
     const auto step_start = Clock::now();
     std::vector<at::Tensor> micro_batches;
     for (int64_t mb = 0; mb < plan.grad_accum; ++mb) micro_batches.push_back(data.Next());
@@ -196,7 +289,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     StepResult r = step.Run(micro_batches);  // returns after the device finished the step
     const double step_s = SecondsSince(step_start);
     if (!std::isfinite(r.loss))
-      throw std::runtime_error("loss is " + std::to_string(r.loss) + " at step " + std::to_string(s) +
+      throw std::runtime_error("loss is " + std::to_string(r.loss) + " at step " + std::to_string(taken + 1) +
                                ": training diverged (lower --lr or raise warmup_steps)");
 
     StepMetrics m;
@@ -222,7 +315,6 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     m.step_s = step_s;
     m.data_position = data.position();
     log.LogStep(m, measured);
-    if (s + 1 == config.steps) log.WriteTrace(step.program(), measured);
 
     summary.losses.push_back(r.loss);
     summary.peak_allocated_bytes = std::max(summary.peak_allocated_bytes, measured.peak_allocated);
@@ -230,26 +322,44 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     summary.memory_source = measured.memory_source;
     // The first step pays for allocator warm-up and kernel selection: leave it
     // out of the throughput means whenever there is another step.
-    if (s > 0 || config.steps == 1) {
+    if (taken > start_step || config.steps - start_step == 1) {
       timed_tokens_per_s += m.tokens_per_s;
       timed_tokens_per_s_per_gpu += m.tokens_per_s_per_gpu;
       timed_mfu += m.mfu;
       timed_hfu += m.hfu;
       ++timed_steps;
     }
+    const int64_t now_taken = taken + 1;
+    if (now_taken == config.steps) log.WriteTrace(step.program(), measured);
+    if (const int sig = agreed_stop_signal(); sig != 0) {
+      summary.stopped_by = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      save_checkpoint(now_taken);
+      break;
+    }
+    if (config.ckpt_every > 0 && now_taken % config.ckpt_every == 0) save_checkpoint(now_taken);
   }
 
-  summary.steps = config.steps;
-  summary.first_loss = summary.losses.front();
-  summary.final_loss = summary.losses.back();
-  summary.mean_tokens_per_s = timed_tokens_per_s / static_cast<double>(timed_steps);
-  summary.mean_tokens_per_s_per_gpu = timed_tokens_per_s_per_gpu / static_cast<double>(timed_steps);
-  summary.mean_mfu = timed_mfu / static_cast<double>(timed_steps);
-  summary.mean_hfu = timed_hfu / static_cast<double>(timed_steps);
+  summary.steps = static_cast<int64_t>(summary.losses.size());
+  const int64_t final_step = start_step + summary.steps;
+  if (summary.stopped_by.empty()) save_checkpoint(final_step);  // the end of the run can be continued too
+  if (checkpoints) {
+    const std::string error = checkpoints->Wait();
+    if (!error.empty() && rank0) std::cerr << "llmplan: warning: " << error << std::endl;
+  }
+  if (!summary.losses.empty()) {
+    summary.first_loss = summary.losses.front();
+    summary.final_loss = summary.losses.back();
+  }
+  if (timed_steps > 0) {
+    summary.mean_tokens_per_s = timed_tokens_per_s / static_cast<double>(timed_steps);
+    summary.mean_tokens_per_s_per_gpu = timed_tokens_per_s_per_gpu / static_cast<double>(timed_steps);
+    summary.mean_mfu = timed_mfu / static_cast<double>(timed_steps);
+    summary.mean_hfu = timed_hfu / static_cast<double>(timed_steps);
+  }
   summary.peak_pinned_host_bytes = PeakPinnedHostBytes();
   summary.peak_host_rss_bytes = ProcessPeakRssBytes();
   // --- the trained model, whole, under Hugging Face names ---
-  if (!config.run_dir.empty() && config.final_weights) {
+  if (!config.run_dir.empty() && config.final_weights && summary.stopped_by.empty()) {
     WriteFinalWeights(model, units, comms.shard, watchdog.get(), rank0,
                       (std::filesystem::path(config.run_dir) / "final.safetensors").string());
   }

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "executor/metrics.h"
+#include "executor/run_directory.h"
 #include "planner/plan.h"
 
 namespace llmplan::executor {
@@ -24,16 +25,40 @@ class BatchSource;
 
 struct TrainConfig {
   Plan plan;
-  int64_t steps = 0;
+  int64_t steps = 0;            // train until this many optimizer steps were taken (a resumed run counts its earlier ones)
   std::string run_dir;          // metrics.jsonl, summary.json, ...; empty: write nothing
+  RunDirectoryMode run_dir_mode = RunDirectoryMode::kNew;  // an earlier run in run_dir: refuse, continue or replace
   std::string device = "cuda";  // "cpu", "cuda" or "cuda:N"
   bool progress = true;         // print a line per step and the summary
   bool final_weights = true;    // write run_dir/final.safetensors at the end (an 8B model: 32 GB)
+
+  // Checkpoints (executor/checkpoint/): saved into ckpt_dir after every
+  // ckpt_every steps (0: only at the end and when stopped by SIGINT/SIGTERM),
+  // the newest ckpt_keep kept; ckpt_async writes them in the background.
+  std::string ckpt_dir;
+  int64_t ckpt_every = 0;
+  int ckpt_keep = 2;
+  bool ckpt_async = false;
+  // Continue from the newest complete checkpoint in ckpt_dir (none there:
+  // start at step 0), or from the checkpoint directory resume_from.
+  bool resume = false;
+  std::string resume_from;
+  // Start from pretrained weights: a Hugging Face directory (model.safetensors
+  // or a sharded index) whose tensors match the plan's model.
+  std::string init_from;
 };
 
 // Trains config.plan for config.steps optimizer steps on micro-batches from
 // `data` (this rank's). Returns the summary (also written to
 // run_dir/summary.json).
+//
+// Resume: the state of the checkpoint (masters, AdamW state, step, data
+// position) replaces the seed's initial one, whatever strategy and number of
+// ranks saved it; the run then continues to config.steps exactly as an
+// uninterrupted one would (bit for bit on the CPU with the same plan).
+// SIGINT/SIGTERM: the ranks agree at the next step boundary, save a
+// checkpoint when ckpt_dir is set, write the summary and return
+// (summary.stopped_by names the signal).
 //
 // Several processes: each is one rank of plan.gpus, placed by the torchrun or
 // Slurm environment (comm/distributed_env.h); they connect their shard,

@@ -1,5 +1,5 @@
 // llmplan-executor: the executor's subcommands (LibTorch). Users reach it as
-// `llmplan run|data|profile|doctor ...`: llmplan execs this binary with the
+// `llmplan run|data|profile|doctor|export ...`: llmplan execs this binary with the
 // same arguments. It can also be run directly, and it is what the launcher
 // starts for every rank (it re-runs its own binary: executor/launcher).
 // Exit status: 0 success, 1 a run that failed, 2 bad input (one-line message).
@@ -18,5 +18,6 @@ int main(int argc, char** argv) {
   AddDataCommand(app);
   AddProfileCommand(app);
   AddDoctorCommand(app);
+  AddExportCommand(app);
   return RunCommandLine(app, argc, argv);
 }

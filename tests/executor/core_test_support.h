@@ -79,6 +79,10 @@ class PatternBatches : public BatchSource {
     return rows;
   }
   int64_t position() const override { return position_ * micro_batch_; }
+  // The generator is sequential: replay the draws up to the position.
+  void Seek(int64_t next_sample) override {
+    while (position() < next_sample) Next();
+  }
 
  private:
   int64_t micro_batch_, seq_len_;

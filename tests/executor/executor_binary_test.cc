@@ -52,7 +52,7 @@ TEST(ExecutorBinaryTest, EveryCommandLlmplanForwardsIsTheExecutors) {
 TEST(ExecutorBinaryTest, UnknownCommandIsNamed) {
   const CommandResult r = RunExecutor("estimate");
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_EQ(r.output, "llmplan: unknown command 'estimate'; commands: run, data, profile, doctor (see llmplan --help)\n");
+  EXPECT_EQ(r.output, "llmplan: unknown command 'estimate'; commands: run, data, profile, doctor, export (see llmplan --help)\n");
 }
 
 }  // namespace

@@ -112,6 +112,7 @@ class RankRows : public BatchSource {
     return global.narrow(0, rank_ * rows_, rows_).clone();
   }
   int64_t position() const override { return calls_ * rows_ * world_; }
+  void Seek(int64_t next_sample) override { calls_ = next_sample / (rows_ * world_); }
 
  private:
   int64_t vocab_, rows_;

@@ -131,6 +131,7 @@ class RankRows : public BatchSource {
     return global.narrow(0, rank_ * micro_batch_, micro_batch_).clone();
   }
   int64_t position() const override { return calls_ * micro_batch_ * world_; }
+  void Seek(int64_t next_sample) override { calls_ = next_sample / (micro_batch_ * world_); }
 
  private:
   int64_t vocab_, micro_batch_;

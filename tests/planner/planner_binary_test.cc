@@ -64,7 +64,7 @@ TEST(PlannerBinaryTest, UnknownCommandIsNamedWithTheCommands) {
   CliResult r = RunCli("frobnicate", dir);
   EXPECT_EQ(r.err,
             "llmplan: unknown command 'frobnicate'; commands: estimate, simulate, compare, calibrate, run, data, "
-            "profile, doctor (see llmplan --help)\n");
+            "profile, doctor, export (see llmplan --help)\n");
 }
 
 TEST(PlannerBinaryTest, NoCommandPrintsTheHelpAndExits2) {

@@ -21,5 +21,6 @@ void AddRunCommand(CLI::App& app);      // llmplan run
 void AddDataCommand(CLI::App& app);     // llmplan data prepare, llmplan data inspect
 void AddProfileCommand(CLI::App& app);  // llmplan profile
 void AddDoctorCommand(CLI::App& app);   // llmplan doctor
+void AddExportCommand(CLI::App& app);   // llmplan export
 
 }  // namespace llmplan::cli

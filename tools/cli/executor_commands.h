@@ -27,6 +27,7 @@ inline constexpr ExecutorCommand kExecutorCommands[] = {
     {"data", "Prepare and inspect token files for llmplan run"},
     {"profile", "Measure this machine (GEMMs, attention, memory, copies, NCCL, CPU AdamW) into a hardware profile"},
     {"doctor", "Check this machine before training: GPUs, versions, links, a health all-reduce, NCCL/CUDA variables"},
+    {"export", "Write a checkpoint as a Hugging Face model directory (config.json + safetensors)"},
 };
 
 bool IsExecutorCommand(std::string_view name);

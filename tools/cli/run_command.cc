@@ -3,6 +3,9 @@
 //
 //   llmplan run --plan plan.json --data tokens.bin --steps N --out RUN_DIR
 //               [--cpu [--cpu-ranks N]] [--dtype bf16|fp32] [--lr X] [--no-final-weights]
+//               [--ckpt-dir DIR [--ckpt-every K] [--ckpt-keep N] [--ckpt-async]]
+//               [--resume | --resume-from DIR/step-NNNNNNNN | --init-from HF_DIR]
+//               [--overwrite]
 //
 // The plan comes from `llmplan estimate ... -o plan.json`; the token file from
 // `llmplan data prepare` or any format executor/data/token_file.h reads.
@@ -12,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "executor/launcher/launcher.h"
+#include "executor/run_directory.h"
 #include "executor/trainer.h"
 #include "planner/plan.h"
 #include "planner/user_error.h"
@@ -32,6 +36,14 @@ struct RunOptions {
   double lr = -1;     // < 0: the plan's
   int cpu_ranks = 0;  // with --cpu: local processes (Gloo ranks); 0: the plan's gpus
   bool no_final_weights = false;
+  std::string ckpt_dir;
+  int64_t ckpt_every = 0;
+  int ckpt_keep = 2;
+  bool ckpt_async = false;
+  bool resume = false;
+  std::string resume_from;
+  std::string init_from;
+  bool overwrite = false;
 };
 
 void RunCommand(const RunOptions& o) {
@@ -48,6 +60,22 @@ void RunCommand(const RunOptions& o) {
   config.device = o.cpu ? "cpu" : "cuda";  // cuda:LOCAL_RANK when several processes run
   config.progress = true;
   config.final_weights = !o.no_final_weights;
+  config.ckpt_dir = o.ckpt_dir;
+  config.ckpt_every = o.ckpt_every;
+  config.ckpt_keep = o.ckpt_keep;
+  config.ckpt_async = o.ckpt_async;
+  config.resume = o.resume;
+  config.resume_from = o.resume_from;
+  config.init_from = o.init_from;
+  if (o.overwrite && (o.resume || !o.resume_from.empty()))
+    throw UserError("--overwrite replaces the earlier run and --resume continues it: pass one of them");
+  if ((o.ckpt_every > 0 || o.ckpt_async || o.resume) && o.ckpt_dir.empty())
+    throw UserError("--ckpt-every, --ckpt-async and --resume need --ckpt-dir DIR (where checkpoints go)");
+  config.run_dir_mode = o.resume || !o.resume_from.empty() ? executor::RunDirectoryMode::kResume
+                        : o.overwrite                       ? executor::RunDirectoryMode::kOverwrite
+                                                            : executor::RunDirectoryMode::kNew;
+  // Checked here too (before any rank starts), so a refused --out is one line.
+  executor::CheckRunDirectory(config.run_dir, config.run_dir_mode);
 
   // One process per local GPU (or CPU rank), unless torchrun or Slurm already
   // started one per rank: then this process is that rank.
@@ -90,6 +118,21 @@ void AddRunCommand(CLI::App& app) {
   run->add_option("--lr", options->lr, "Peak learning rate, overriding the plan's");
   run->add_flag("--no-final-weights", options->no_final_weights,
                 "Skip RUN_DIR/final.safetensors (for throughput runs: an 8B model is 32 GB to gather and write)");
+  run->add_option("--ckpt-dir", options->ckpt_dir,
+                  "Checkpoint directory (every rank must see it): step-NNNNNNNN/ per checkpoint, saved atomically");
+  run->add_option("--ckpt-every", options->ckpt_every,
+                  "Save a checkpoint every K steps (0: at the end and on SIGINT/SIGTERM only)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--ckpt-keep", options->ckpt_keep, "Complete checkpoints to keep (default 2)")->check(CLI::Range(1, 1000000));
+  run->add_flag("--ckpt-async", options->ckpt_async,
+                "Copy the state to host memory and write checkpoints in the background while training goes on");
+  run->add_flag("--resume", options->resume,
+                "Continue from the newest complete checkpoint in --ckpt-dir (start at step 0 when there is none); "
+                "--steps is the total");
+  run->add_option("--resume-from", options->resume_from, "Continue from this checkpoint directory (DIR/step-NNNNNNNN)");
+  run->add_option("--init-from", options->init_from,
+                  "Start from Hugging Face weights: a directory with model.safetensors (or its index) or one file");
+  run->add_flag("--overwrite", options->overwrite, "Replace the files of an earlier run in --out");
   run->add_option("--cpu-ranks", options->cpu_ranks, "With --cpu: CPU processes to start (default: the plan's gpus)")
       ->check(CLI::Range(1, 1024));
   run->callback([options] { RunCommand(*options); });

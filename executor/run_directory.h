@@ -1,0 +1,55 @@
+// RunDirectory: the --out directory of one run, kept safe.
+//
+//   - An earlier run is never silently replaced: a directory holding one
+//     (metrics.jsonl, summary.json or final.safetensors) is refused unless the
+//     user says --resume (continue it) or --overwrite (replace its files).
+//   - One run at a time: the run's rank 0 holds an exclusive lock
+//     (flock on RUN_DIR/.llmplan.lock, released by the kernel when the
+//     process dies, so a kill -9 never leaves a stale lock).
+//   - A resumed run continues the files: lines of metrics.jsonl and
+//     op_times.jsonl for steps after the checkpoint it resumes from (done
+//     after that save, about to be redone) and a torn last line are dropped,
+//     so the files read as one uninterrupted run.
+//
+// This header is free of LibTorch (the CLI checks --out before it starts ranks).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace llmplan::executor {
+
+enum class RunDirectoryMode {
+  kNew,        // refuse a directory holding an earlier run
+  kResume,     // continue the earlier run's files (or start them)
+  kOverwrite,  // remove the earlier run's files first
+};
+
+// Throws UserError when `dir` is empty, is not a directory, or holds an
+// earlier run and mode is kNew (the message says which flag to pass).
+void CheckRunDirectory(const std::string& dir, RunDirectoryMode mode);
+
+// The files a run writes into its directory (no other file is touched).
+bool IsRunFile(const std::string& name);
+
+class RunDirectoryLock {
+ public:
+  // Creates `dir` and takes its lock. Throws UserError when another process
+  // holds it (naming that process) or the directory cannot be created.
+  explicit RunDirectoryLock(const std::string& dir);
+  ~RunDirectoryLock();
+  RunDirectoryLock(const RunDirectoryLock&) = delete;
+  RunDirectoryLock& operator=(const RunDirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Makes `dir` ready for a run in `mode`: kOverwrite removes the run files;
+// kResume keeps the metrics of steps <= resumed_step (0: none) and drops the
+// summary, trace and final weights of the earlier attempt.
+// REQUIRES: the caller holds the directory's lock. Throws UserError when a
+// file cannot be rewritten.
+void PrepareRunDirectory(const std::string& dir, RunDirectoryMode mode, int64_t resumed_step);
+
+}  // namespace llmplan::executor

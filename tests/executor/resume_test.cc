@@ -1,0 +1,309 @@
+// Never lose a run, end to end through `llmplan run` on CPU ranks (Gloo):
+// checkpoints resume exactly (bit for bit with the same plan), reshard onto
+// another number of ranks and strategy, survive kill -9 at random moments
+// and SIGTERM, refuse damaged files, never overwrite an earlier run, and
+// round-trip through a Hugging Face directory (export, --init-from).
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iterator>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "executor/checkpoint/safetensors.h"
+#include "planner/model_spec.h"
+#include "tests/executor/cli_runner.h"
+
+namespace llmplan {
+namespace {
+
+namespace fs = std::filesystem;
+using executor_test::CommandResult;
+using executor_test::RunLlmplan;
+
+class ResumeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("llmplan_resume_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // Tokens with structure (a model learns them; losses move every step).
+    std::vector<uint16_t> tokens(60000);
+    std::mt19937 gen(7);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>((i * 31 + (i / 97) + gen() % 3) % 250);
+    std::ofstream(Path("tokens.bin"), std::ios::binary)
+        .write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // A plan for `gpus` CPU ranks with `strategy`, 4 samples of 64 tokens per step.
+  std::string MakePlan(int gpus, const std::string& strategy, int micro_batch) {
+    const std::string path = Path("plan-" + std::to_string(gpus) + "-" + strategy + ".json");
+    CommandResult r = RunLlmplan("estimate --model tiny-llama --gpus " + std::to_string(gpus) +
+                                 " --gpu cpu --seq 64 --global-batch 4 --micro-batch " + std::to_string(micro_batch) +
+                                 " --strategy " + strategy + " --lr 3e-3 --warmup-steps 2 -o " + path);
+    EXPECT_EQ(r.status, 0) << r.output;
+    return path;
+  }
+  // `llmplan run` of `plan` for `steps` (total) into `out`, with `extra` flags.
+  CommandResult Run(const std::string& plan, int steps, const std::string& out, const std::string& extra = "") {
+    return RunLlmplan("run --cpu --plan " + plan + " --data " + Path("tokens.bin") + " --steps " +
+                      std::to_string(steps) + " --out " + Path(out) + " " + extra);
+  }
+  // The losses of metrics.jsonl, whose steps must be first_step, first_step + 1, ...
+  static std::vector<double> Losses(const std::string& run_dir, int64_t first_step = 1) {
+    std::vector<double> losses;
+    std::ifstream in(run_dir + "/metrics.jsonl");
+    std::string line;
+    int64_t expected_step = first_step;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line);
+      EXPECT_EQ(j["step"].get<int64_t>(), expected_step++) << run_dir << ": steps must read as one run";
+      losses.push_back(j["loss"].get<double>());
+    }
+    return losses;
+  }
+  // Every tensor of two safetensors files: equal bit for bit (tolerance 0) or within `tolerance`.
+  static void ExpectSameWeights(const std::string& a, const std::string& b, double tolerance) {
+    const auto x = checkpoint::ReadSafetensors(a).tensors, y = checkpoint::ReadSafetensors(b).tensors;
+    ASSERT_EQ(x.size(), y.size());
+    for (const auto& [name, t] : x) {
+      ASSERT_TRUE(y.count(name)) << name;
+      if (tolerance == 0) {
+        EXPECT_TRUE(torch::equal(t, y.at(name))) << name << " differs";
+      } else {
+        EXPECT_LE((t - y.at(name)).abs().max().item<double>(), tolerance) << name;
+      }
+    }
+  }
+  fs::path dir_;
+};
+
+// Interrupted at step 3 and resumed to 6, on 2 ranks with full_shard: the
+// same losses and the same final parameters as 6 uninterrupted steps, bit
+// for bit (the same plan runs the same float operations in the same order).
+TEST_F(ResumeTest, ResumedRunEqualsUninterruptedBitForBit) {
+  const std::string plan = MakePlan(2, "full_shard", 2);
+  CommandResult straight = Run(plan, 6, "straight");
+  ASSERT_EQ(straight.status, 0) << straight.output;
+
+  CommandResult first = Run(plan, 3, "resumed", "--ckpt-dir " + Path("ckpt") + " --ckpt-every 2");
+  ASSERT_EQ(first.status, 0) << first.output;
+  // Saved after step 2 (every 2) and at the end (step 3).
+  EXPECT_TRUE(fs::exists(Path("ckpt/step-00000002/manifest.json")));
+  EXPECT_TRUE(fs::exists(Path("ckpt/step-00000003/manifest.json")));
+  EXPECT_TRUE(fs::exists(Path("ckpt/step-00000003/shard-00001-of-00002.safetensors")));
+  CommandResult second = Run(plan, 6, "resumed", "--ckpt-dir " + Path("ckpt") + " --resume");
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed from " + Path("ckpt/step-00000003") + " (step 3"), std::string::npos)
+      << second.output;
+
+  EXPECT_EQ(Losses(Path("resumed")), Losses(Path("straight")));
+  ExpectSameWeights(Path("resumed/final.safetensors"), Path("straight/final.safetensors"), 0);
+  const auto summary = nlohmann::json::parse(std::ifstream(Path("resumed/summary.json")));
+  EXPECT_EQ(summary["start_step"], 3);
+  EXPECT_EQ(summary["steps"], 3);
+  // Kept the newest 2 (the default): 3 and 6.
+  EXPECT_FALSE(fs::exists(Path("ckpt/step-00000002")));
+  EXPECT_TRUE(fs::exists(Path("ckpt/step-00000006/manifest.json")));
+}
+
+// Saved by 2 full_shard ranks; loaded by 1 rank (no_shard) and by 3 ranks
+// (shard_grad_op, shards padded differently): each continues to the same
+// parameters as the uninterrupted 2-rank run, up to the float rounding of a
+// different summation order (sharded_train_test.cc's tolerance).
+TEST_F(ResumeTest, ReshardsOntoOtherRanksAndStrategies) {
+  // fp32 compute: bf16 would turn the summation order's rounding into
+  // differences of whole bf16 steps.
+  const std::string two = MakePlan(2, "full_shard", 2);
+  ASSERT_EQ(Run(two, 5, "straight", "--dtype fp32").status, 0);
+  CommandResult first = Run(two, 2, "half", "--dtype fp32 --ckpt-dir " + Path("ckpt"));
+  ASSERT_EQ(first.status, 0) << first.output;
+  const std::string saved = Path("ckpt/step-00000002");
+  for (const auto& [gpus, strategy, micro] : {std::tuple{1, "no_shard", 4}, std::tuple{4, "shard_grad_op", 1}}) {
+    const std::string plan = MakePlan(gpus, strategy, micro);
+    const std::string out = "from2to" + std::to_string(gpus);
+    CommandResult r = Run(plan, 5, out, "--dtype fp32 --resume-from " + saved);
+    ASSERT_EQ(r.status, 0) << r.output;
+    ExpectSameWeights(Path(out + "/final.safetensors"), Path("straight/final.safetensors"), 2e-5);
+    const auto losses = Losses(Path(out), 3), expected = Losses(Path("straight"));
+    ASSERT_EQ(losses.size(), 3u);  // steps 3..5 in this run's metrics
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(losses[i], expected[2 + i], 1e-5 * expected[2 + i]);
+  }
+}
+
+// kill -9 of the whole job at random moments, again and again, each time
+// restarted with the same command line (as a scheduler's requeue does): the
+// run ends with the parameters of an uninterrupted one, bit for bit.
+TEST_F(ResumeTest, SurvivesRepeatedKillNine) {
+  const std::string plan = MakePlan(2, "full_shard", 2);
+  constexpr int kSteps = 40;
+  ASSERT_EQ(Run(plan, kSteps, "straight").status, 0);
+  const std::string command = std::string(LLMPLAN_BINARY) + " run --cpu --plan " + plan + " --data " +
+                              Path("tokens.bin") + " --steps " + std::to_string(kSteps) + " --out " + Path("killed") +
+                              " --ckpt-dir " + Path("ckpt") + " --ckpt-every 1 --ckpt-keep 1 --resume";
+  auto logged_steps = [&] {
+    std::ifstream in(Path("killed/metrics.jsonl"));
+    return static_cast<int>(std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n'));
+  };
+  std::mt19937 gen(2026);
+  int kills = 0;
+  for (int attempt = 0; attempt < 8 && !fs::exists(Path("killed/summary.json")); ++attempt) {
+    const int before = logged_steps();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setpgid(0, 0);  // its own group: the kill reaches the launcher and every rank at once
+      ::execl("/bin/sh", "sh", "-c", (command + " >> " + Path("log.txt") + " 2>&1").c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::setpgid(pid, pid);
+    if (kills < 4) {
+      // Once it has made progress, at a random moment of a step or a save.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (logged_steps() <= before + 1 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::this_thread::sleep_for(std::chrono::microseconds(gen() % 300000));
+      if (::kill(-pid, SIGKILL) == 0) ++kills;
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+  }
+  ASSERT_TRUE(fs::exists(Path("killed/summary.json"))) << executor_test::RunCommand("cat " + Path("log.txt")).output;
+  EXPECT_EQ(kills, 4);
+  ExpectSameWeights(Path("killed/final.safetensors"), Path("straight/final.safetensors"), 0);
+  EXPECT_EQ(Losses(Path("killed")), Losses(Path("straight")));
+}
+
+// SIGTERM (a scheduler's notice): the ranks agree on the next step boundary,
+// save, write the summary and exit; the resumed run ends where an
+// uninterrupted one does.
+TEST_F(ResumeTest, SigtermSavesAndResumes) {
+  const std::string plan = MakePlan(2, "full_shard", 2);
+  ASSERT_EQ(Run(plan, 200, "straight", "--no-final-weights").status, 0);
+  const std::string command = std::string(LLMPLAN_BINARY) + " run --cpu --plan " + plan + " --data " +
+                              Path("tokens.bin") + " --steps 200 --out " + Path("stopped") + " --ckpt-dir " +
+                              Path("ckpt") + " --no-final-weights";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", ("exec " + command + " > " + Path("log.txt") + " 2>&1").c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // After a few steps are logged.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline &&
+         executor_test::RunCommand("wc -l < " + Path("stopped/metrics.jsonl") + " 2>/dev/null").output.find_first_of("3456789") == std::string::npos)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const std::string log = executor_test::RunCommand("cat " + Path("log.txt")).output;
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << log;
+  const auto summary = nlohmann::json::parse(std::ifstream(Path("stopped/summary.json")));
+  EXPECT_EQ(summary["stopped_by"], "SIGTERM") << log;
+  const int64_t stopped_at = summary["steps"].get<int64_t>();
+  ASSERT_GT(stopped_at, 0);
+  ASSERT_LT(stopped_at, 200) << "the run finished before the signal";
+  EXPECT_TRUE(fs::exists(Path("ckpt/step-" + std::string(8 - std::to_string(stopped_at).size(), '0') +
+                              std::to_string(stopped_at) + "/manifest.json")))
+      << log;
+  CommandResult resumed = Run(plan, 200, "stopped", "--ckpt-dir " + Path("ckpt") + " --resume --no-final-weights");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_EQ(Losses(Path("stopped")), Losses(Path("straight")));
+}
+
+TEST_F(ResumeTest, DamagedCheckpointIsRefusedInOneLine) {
+  const std::string plan = MakePlan(1, "no_shard", 4);
+  ASSERT_EQ(Run(plan, 2, "run", "--ckpt-dir " + Path("ckpt")).status, 0);
+  const std::string shard = Path("ckpt/step-00000002/shard-00000-of-00001.safetensors");
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(shard) - 100));
+    f.put('\x7f');
+  }
+  CommandResult r = Run(plan, 4, "run", "--ckpt-dir " + Path("ckpt") + " --resume");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("has checksum"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("was not loaded"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("frame #"), std::string::npos) << r.output;
+}
+
+TEST_F(ResumeTest, AnEarlierRunIsNeverOverwrittenSilently) {
+  const std::string plan = MakePlan(1, "no_shard", 4);
+  ASSERT_EQ(Run(plan, 1, "run").status, 0);
+  const auto before = fs::last_write_time(Path("run/final.safetensors"));
+  CommandResult again = Run(plan, 1, "run");
+  EXPECT_EQ(again.status, 2) << again.output;
+  EXPECT_NE(again.output.find("holds an earlier run"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("--overwrite"), std::string::npos) << again.output;
+  EXPECT_EQ(fs::last_write_time(Path("run/final.safetensors")), before);
+  CommandResult empty = RunLlmplan("run --cpu --plan " + plan + " --data " + Path("tokens.bin") + " --steps 1 --out ''");
+  EXPECT_EQ(empty.status, 2) << empty.output;
+  CommandResult replaced = Run(plan, 1, "run", "--overwrite");
+  EXPECT_EQ(replaced.status, 0) << replaced.output;
+
+  // A second run into a directory another run is writing: refused.
+  const int fd = ::open(Path("busy/.llmplan.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  if (fd < 0) {
+    fs::create_directories(Path("busy"));
+  }
+  const int lock = fd >= 0 ? fd : ::open(Path("busy/.llmplan.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_EQ(::flock(lock, LOCK_EX), 0);
+  CommandResult busy = Run(plan, 1, "busy");
+  EXPECT_EQ(busy.status, 2) << busy.output;
+  EXPECT_NE(busy.output.find("is writing to"), std::string::npos) << busy.output;
+  ::close(lock);
+}
+
+// A checkpoint directory that cannot be written: a warning per save, the
+// training itself unharmed.
+TEST_F(ResumeTest, UnwritableCheckpointDirectoryDoesNotStopTraining) {
+  const std::string plan = MakePlan(1, "no_shard", 4);
+  std::ofstream(Path("a-file")) << "x";
+  CommandResult r = Run(plan, 2, "run", "--ckpt-dir " + Path("a-file/ckpt") + " --ckpt-every 1");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: checkpoint at step 1 not saved"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(Path("run/final.safetensors")));
+}
+
+// export writes what --init-from reads (and transformers): fp32 export of the
+// last checkpoint equals the run's final weights; a run started from it
+// starts from them.
+TEST_F(ResumeTest, ExportAndInitFromRoundTrip) {
+  const std::string plan = MakePlan(2, "full_shard", 2);
+  ASSERT_EQ(Run(plan, 2, "run", "--ckpt-dir " + Path("ckpt")).status, 0);
+  CommandResult exported = RunLlmplan("export --ckpt " + Path("ckpt/step-00000002") + " --out " + Path("hf") + " --dtype fp32");
+  ASSERT_EQ(exported.status, 0) << exported.output;
+  ExpectSameWeights(Path("hf/model.safetensors"), Path("run/final.safetensors"), 0);
+  const ModelSpec spec = LoadModelSpec(Path("hf"));
+  const ModelSpec tiny = PresetModel("tiny-llama");
+  EXPECT_EQ(spec.hidden, tiny.hidden);
+  EXPECT_EQ(spec.layers, tiny.layers);
+  EXPECT_EQ(spec.vocab, tiny.vocab);
+  EXPECT_EQ(spec.kv_heads, tiny.kv_heads);
+
+  // Started from the exported weights, the first loss is the trained model's
+  // (lower than a fresh model's first loss).
+  CommandResult fresh = Run(plan, 1, "fresh");
+  CommandResult warm = Run(plan, 1, "warm", "--init-from " + Path("hf"));
+  ASSERT_EQ(warm.status, 0) << warm.output;
+  EXPECT_LT(Losses(Path("warm"))[0], Losses(Path("fresh"))[0]);
+  CommandResult other = Run(plan, 1, "other", "--init-from " + Path("tokens.bin"));
+  EXPECT_EQ(other.status, 2) << other.output;
+}
+
+}  // namespace
+}  // namespace llmplan
