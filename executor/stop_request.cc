@@ -1,19 +1,29 @@
 #include "executor/stop_request.h"
 
 #include <signal.h>
-
-#include <atomic>
+#include <time.h>
 
 namespace llmplan::executor {
 
 namespace {
 
 volatile sig_atomic_t g_signal = 0;
+volatile sig_atomic_t g_first_signal_s = 0;  // CLOCK_MONOTONIC seconds of the first
 struct sigaction g_old_int, g_old_term;
 
-// Async-signal-safe: a store, or on the second signal sigaction + raise.
+long MonotonicSeconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);  // async-signal-safe
+  return static_cast<long>(t.tv_sec);
+}
+
+// Async-signal-safe: stores, or on a second signal sigaction + raise. A
+// repeat within 2 s is the same request arriving twice (Ctrl-C reaches the
+// whole process group, and the launcher forwards it again), not the user's
+// second Ctrl-C.
 void OnSignal(int sig) {
   if (g_signal != 0) {
+    if (MonotonicSeconds() - g_first_signal_s < 2) return;
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
@@ -21,6 +31,7 @@ void OnSignal(int sig) {
     ::raise(sig);
     return;
   }
+  g_first_signal_s = static_cast<sig_atomic_t>(MonotonicSeconds());
   g_signal = sig;
 }
 

@@ -266,13 +266,18 @@ class OutputPump {
 // records the signal; the supervision loop, which polls every few ms, forwards it.
 
 volatile sig_atomic_t g_received_signal = 0;
+volatile sig_atomic_t g_signal_count = 0;  // a second one means "now"
 
-void RecordSignal(int sig) { g_received_signal = sig; }
+void RecordSignal(int sig) {
+  g_received_signal = sig;
+  g_signal_count = g_signal_count + 1;
+}
 
 class ForwardedSignals {
  public:
   ForwardedSignals() {
     g_received_signal = 0;
+    g_signal_count = 0;
     struct sigaction action {};
     action.sa_handler = RecordSignal;
     sigemptyset(&action.sa_mask);
@@ -567,8 +572,10 @@ int LaunchLocalRanks(const LaunchSpec& spec) {
       stopped = running_count();
       signal_running(forwarded_signal);
       signal_running(SIGCONT);
-      deadline = Clock::now() + spec.grace;
+      // The ranks save a checkpoint before they exit: give them time.
+      deadline = Clock::now() + spec.stop_grace;
     }
+    if (forwarded_signal != 0 && !escalated && g_signal_count > 1) deadline = Clock::now();  // a second Ctrl-C
     if (!stopping && failed) {
       stopping = true;
       // A rank that is stopped (SIGSTOP, a debugger) makes its peers' next
@@ -594,8 +601,8 @@ int LaunchLocalRanks(const LaunchSpec& spec) {
 
   std::string tail;
   if (killed_after_grace > 0) {
-    tail = " (" + std::to_string(killed_after_grace) + " needed SIGKILL after " + std::to_string(spec.grace.count()) +
-           " s)";
+    tail = " (" + std::to_string(killed_after_grace) + " needed SIGKILL after " +
+           std::to_string((forwarded_signal != 0 ? spec.stop_grace : spec.grace).count()) + " s)";
   }
   if (failed) {
     const Child& c = children[*failed];

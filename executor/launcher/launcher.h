@@ -39,6 +39,10 @@ struct LaunchSpec {
   // have not exited within `grace` (a rank stuck in a collective whose peer
   // died never returns from it).
   std::chrono::seconds grace{10};
+  // After SIGINT/SIGTERM is forwarded the ranks finish their step and save a
+  // checkpoint, which for a large model takes minutes: they get SIGKILL only
+  // after `stop_grace`, or at once when a second SIGINT/SIGTERM arrives.
+  std::chrono::seconds stop_grace{900};
 };
 
 // Starts spec.nprocs children and waits for them. Returns 0 when every child
@@ -54,8 +58,9 @@ struct LaunchSpec {
 //   gave up: exited with status 3: rank 0: collective "..." did not finish within 20 s; ...
 // (one line). Returns that rank's exit status (128 + the signal number if it was
 // killed), so a rank's "2: bad input" reaches the shell. SIGINT/SIGTERM sent
-// to the launcher are forwarded to the children; it then returns 128 + the
-// signal number. Children die with the launcher even if it is SIGKILLed.
+// to the launcher are forwarded to the children (SIGKILL after
+// spec.stop_grace or a second signal); it then returns 128 + the signal
+// number. Children die with the launcher even if it is SIGKILLed.
 // Call from a thread that lives until this returns (the children's
 // parent-death signal follows the thread that forked them).
 // REQUIRES: spec.nprocs >= 1, !spec.argv.empty(), 0 <= spec.master_port < 65536.
