@@ -10,33 +10,9 @@
 
 #include "executor/hardware/cuda_calls.h"
 #include "executor/hardware/cuda_machine.h"
+#include "executor/profile/nccl_clique.h"
 
 namespace llmplan::executor {
-
-namespace {
-
-// One communicator per GPU of the clique, destroyed together.
-class Clique {
- public:
-  explicit Clique(const std::vector<int>& devices) : comms_(devices.size(), nullptr) {
-    cuda::Check(ncclCommInitAll(comms_.data(), static_cast<int>(devices.size()), devices.data()),
-                "NCCL among " + std::to_string(devices.size()) + " GPUs", "ncclCommInitAll");
-  }
-  ~Clique() {
-    for (ncclComm_t comm : comms_)
-      if (comm != nullptr) ncclCommDestroy(comm);
-  }
-  Clique(const Clique&) = delete;
-  Clique& operator=(const Clique&) = delete;
-  ncclComm_t operator[](size_t i) const { return comms_[i]; }
-
- private:
-  std::vector<ncclComm_t> comms_;
-};
-
-enum class Op { kAllGather, kReduceScatter, kAllReduce };
-
-}  // namespace
 
 CollectiveMeasurement MeasureCollectives(const std::vector<int>& devices, const std::vector<double>& sizes,
                                          int warmup, int iterations,
@@ -67,7 +43,14 @@ CollectiveMeasurement MeasureCollectives(const std::vector<int>& devices, const 
 
   CollectiveMeasurement result;
   result.group_size = static_cast<int>(n);
-  const Op ops[] = {Op::kAllGather, Op::kReduceScatter, Op::kAllReduce};
+  std::vector<void*> send_ptrs, recv_ptrs;
+  std::vector<cudaStream_t> stream_ptrs;
+  for (size_t i = 0; i < n; ++i) {
+    send_ptrs.push_back(send[i]->get());
+    recv_ptrs.push_back(recv[i]->get());
+    stream_ptrs.push_back(streams[i]->get());
+  }
+  const CollectiveOp ops[] = {CollectiveOp::kAllGather, CollectiveOp::kReduceScatter, CollectiveOp::kAllReduce};
   const int total = static_cast<int>(sizes.size() * 3);
   int done = 0;
   for (double size : sizes) {
@@ -75,25 +58,8 @@ CollectiveMeasurement MeasureCollectives(const std::vector<int>& devices, const 
     // output) and in the full buffer.
     const size_t share = static_cast<size_t>(size) / 2 / n;
     const size_t full = share * n;
-    for (Op op : ops) {
-      auto launch = [&] {
-        cuda::Check(ncclGroupStart(), what, "ncclGroupStart");
-        for (size_t i = 0; i < n; ++i) {
-          void* in = send[i]->get();
-          void* out = recv[i]->get();
-          cudaStream_t s = streams[i]->get();
-          switch (op) {
-            case Op::kAllGather: cuda::Check(ncclAllGather(in, out, share, ncclBfloat16, clique[i], s), what, "ncclAllGather"); break;
-            case Op::kReduceScatter:
-              cuda::Check(ncclReduceScatter(in, out, share, ncclBfloat16, ncclSum, clique[i], s), what, "ncclReduceScatter");
-              break;
-            case Op::kAllReduce:
-              cuda::Check(ncclAllReduce(in, out, full, ncclBfloat16, ncclSum, clique[i], s), what, "ncclAllReduce");
-              break;
-          }
-        }
-        cuda::Check(ncclGroupEnd(), what, "ncclGroupEnd");
-      };
+    for (CollectiveOp op : ops) {
+      auto launch = [&] { LaunchCollective(clique, op, share, send_ptrs, recv_ptrs, stream_ptrs, what); };
       for (int i = 0; i < warmup; ++i) launch();
       for (const auto& s : streams) s->Synchronize(what);
       std::vector<std::unique_ptr<cuda::Event>> starts, ends;
@@ -110,7 +76,9 @@ CollectiveMeasurement MeasureCollectives(const std::vector<int>& devices, const 
         seconds = std::max(seconds, ends[i]->SecondsSince(*starts[i], what) / iterations);
       }
       const double bytes = static_cast<double>(full) * 2;
-      (op == Op::kAllGather ? result.all_gather : op == Op::kReduceScatter ? result.reduce_scatter : result.all_reduce)
+      (op == CollectiveOp::kAllGather       ? result.all_gather
+       : op == CollectiveOp::kReduceScatter ? result.reduce_scatter
+                                            : result.all_reduce)
           .emplace_back(bytes, seconds);
       if (progress) progress(++done, total);
     }
