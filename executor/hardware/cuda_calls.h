@@ -70,12 +70,19 @@ class PinnedBuffer {
   void* ptr_ = nullptr;
 };
 
-// A non-blocking stream on `device`: it never waits on the legacy default stream.
+// A non-blocking stream on `device`: it never waits on the legacy default
+// stream. `highest_priority`: the device's greatest priority, as the
+// executor's NCCL streams have (comm/nccl_communicator.h), so the block
+// scheduler starts this stream's blocks ahead of queued compute blocks.
 class Stream {
  public:
-  explicit Stream(int device) {
+  explicit Stream(int device, bool highest_priority = false) {
     Check(cudaSetDevice(device), "stream", "cudaSetDevice");
-    Check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream", "cudaStreamCreateWithFlags");
+    int least = 0, greatest = 0;
+    if (highest_priority)
+      Check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "stream", "cudaDeviceGetStreamPriorityRange");
+    Check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest), "stream",
+          "cudaStreamCreateWithPriority");
   }
   ~Stream() {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);

@@ -41,6 +41,84 @@ CollectiveCurve Curve(const std::vector<std::pair<double, double>>& points, int 
   return c;
 }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
+std::string Times(double ratio) {
+  char text[32];
+  std::snprintf(text, sizeof text, "x%.2f", ratio);
+  return text;
+}
+
+// Collectives and compute beside each other (ContentionMeasurement): the
+// profile's two slowdowns, the raw table (`j`), and a sentence for the
+// source. Changes nothing when no pair of times in it is positive. Each
+// slowdown is one number for every size and kind, as the simulator prices
+// it: for the collectives the median over every (op, size) row, so one
+// odd point does not move it.
+void AssembleContention(const ContentionMeasurement& c, HardwareProfile& p, nlohmann::json& j, std::string& sentence) {
+  nlohmann::json rows = nlohmann::json::array();
+  std::vector<double> ratios;
+  for (const ContentionPoint& point : c.collectives) {
+    if (!(point.alone_s > 0) || !(point.beside_compute_s > 0)) continue;
+    const double ratio = point.beside_compute_s / point.alone_s;
+    ratios.push_back(ratio);
+    rows.push_back({{"op", point.op},
+                    {"bytes", point.bytes},
+                    {"alone_s", point.alone_s},
+                    {"beside_compute_s", point.beside_compute_s},
+                    {"beside_over_alone", ratio}});
+  }
+  const bool compute = c.gemm_loop_alone_s > 0 && c.gemm_loop_beside_gathers_s > 0;
+  if (ratios.empty() && !compute) return;
+  double flops = 0;
+  nlohmann::json shapes = nlohmann::json::array();
+  for (const GemmShape& g : c.block_gemms) {
+    flops += g.Flops();
+    shapes.push_back({{"what", g.what}, {"tokens", g.tokens}, {"in", g.in}, {"out", g.out}});
+  }
+  j = {{"how",
+        "every GPU queues one side's work to outlast the other's timed batch (checked with events on both streams), "
+        "then the other runs back to back; CUDA events on the timed op's stream, slowest GPU, median of batches; "
+        "NCCL on a highest-priority stream, GEMMs on the current stream, as the executor runs them"},
+       {"group_size", c.group_size},
+       {"gemm_pass", {{"call", "at::linear(x[tokens, in], W[out, in]) bf16, one pass over the block in call order"},
+                      {"shapes", shapes},
+                      {"flops", flops}}}};
+  std::ostringstream s;
+  s << "Contention among " << c.group_size << " GPUs: ";
+  if (!ratios.empty()) {
+    const double median = Median(ratios);
+    p.collective_slowdown_during_compute = std::clamp(median - 1, 0.0, 10.0);
+    j["collectives"] = {{"columns", "op, full buffer bytes, seconds per call alone and beside the GEMM passes"},
+                        {"table", rows},
+                        {"median_beside_over_alone", median},
+                        {"slowdown_during_compute", p.collective_slowdown_during_compute}};
+    s << "NCCL collectives beside a Llama-3-8B block's forward GEMMs took " << Times(median)
+      << " their time alone (collectives.slowdown_during_compute; median of " << ratios.size() << ", "
+      << Times(*std::min_element(ratios.begin(), ratios.end())) << " to "
+      << Times(*std::max_element(ratios.begin(), ratios.end())) << ")";
+  }
+  if (compute) {
+    const double ratio = c.gemm_loop_beside_gathers_s / c.gemm_loop_alone_s;
+    p.compute_slowdown_during_collectives = std::clamp(ratio - 1, 0.0, 10.0);
+    j["compute"] = {{"all_gather_bytes", c.gather_bytes},
+                    {"alone_s_per_pass", c.gemm_loop_alone_s},
+                    {"beside_all_gathers_s_per_pass", c.gemm_loop_beside_gathers_s},
+                    {"alone_flops_per_s", flops / c.gemm_loop_alone_s},
+                    {"beside_all_gathers_flops_per_s", flops / c.gemm_loop_beside_gathers_s},
+                    {"beside_over_alone", ratio},
+                    {"slowdown_during_collectives", p.compute_slowdown_during_collectives}};
+    s << (ratios.empty() ? "" : "; ") << "the GEMMs beside back-to-back " << FormatBytes(c.gather_bytes)
+      << " all-gathers " << Times(ratio) << " theirs (compute.slowdown_during_collectives)";
+  }
+  s << ". ";
+  sentence = s.str();
+}
+
 struct GemmResult {
   GemmEfficiencyFit fit;
   double peak = 0;
@@ -231,6 +309,14 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
   }
   kept.push_back("collectives.inter_node");
 
+  // --- collectives and compute beside each other ---
+  std::string contention_sentence;
+  nlohmann::json contention;
+  if (m.contention) AssembleContention(*m.contention, p, contention, contention_sentence);
+  if (!contention.contains("collectives")) kept.push_back("collectives.slowdown_during_compute");
+  if (!contention.contains("compute")) kept.push_back("compute.slowdown_during_collectives");
+  if (!contention.is_null()) j["contention"] = contention;
+
   // --- CPU AdamW ---
   const CpuAdamWMeasurement& adam = m.cpu_adamw;
   const double alone = static_cast<double>(adam.params) / adam.seconds;
@@ -239,6 +325,8 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
   // The host's rate: every GPU's process at once, summed (the planner splits
   // it among the processes a plan runs on one node).
   p.cpu_adam_params_per_s = adam.workers > 1 ? concurrent * adam.workers : alone;
+  // And one process with the host to itself (a plan with one GPU per node).
+  p.cpu_adam_alone_params_per_s = alone;
   j["cpu_adamw"] = {{"call", "CpuAdamW (executor/optimizer/cpu_adamw.h), writing the bf16 copy in the same pass"},
                     {"params", adam.params},
                     {"alone", {{"threads", adam.threads}, {"seconds", adam.seconds}, {"params_per_s", alone}}},
@@ -280,9 +368,8 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
     p.cuda_context_bytes = p.workspace_bytes = p.collective_buffer_bytes = 0;
   }
   p.host_memory_bytes = m.machine.host_memory_bytes / std::max(1, cuda ? m.machine.gpus : 1);
-  kept.insert(kept.end(), {"memory.usable_fraction", "memory.margin_fraction",
-                           "compute.slowdown_during_collectives", "host.step_overhead_s", "compute.launch_queue_depth", "topology.gpus_per_node",
-                           "price_per_gpu_hour"});
+  kept.insert(kept.end(), {"memory.usable_fraction", "memory.margin_fraction", "host.step_overhead_s",
+                           "compute.launch_queue_depth", "topology.gpus_per_node", "price_per_gpu_hour"});
   j["from_base"] = {{"profile", base.name}, {"fields", kept}};
   if (!m.skipped.empty()) j["skipped"] = m.skipped;
 
@@ -322,6 +409,7 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
       << FormatBytes(c.all_gather.front().first) << " to " << FormatBytes(c.all_gather.back().first)
       << "; one communicator took " << FormatBytes(c.communicator_bytes) << ". ";
   }
+  s << contention_sentence;
   s << "CPU AdamW: " << FormatRate(alone, "params/s") << " alone on " << adam.threads << " threads";
   if (adam.workers > 1)
     s << ", " << FormatRate(concurrent, "params/s") << " per GPU with " << adam.workers << " at once ("

@@ -80,6 +80,26 @@ struct CollectiveMeasurement {
   double communicator_bytes = 0;
 };
 
+// Collectives and compute sharing the GPUs (CUDA, 2+ GPUs): NCCL's kernels
+// and the GEMMs take SMs and HBM bandwidth from each other, which neither
+// the curves (collectives alone) nor the GEMM table (GEMMs alone) see.
+// Times are medians of several repetitions, on the slowest GPU.
+struct ContentionPoint {
+  std::string op;               // "all_gather", "reduce_scatter", "all_reduce"
+  double bytes = 0;             // full (unsharded) buffer
+  double alone_s = 0;           // per call, back to back on the NCCL stream
+  double beside_compute_s = 0;  // per call, while every GPU loops the block's GEMMs
+};
+
+struct ContentionMeasurement {
+  int group_size = 0;
+  std::vector<GemmShape> block_gemms;  // one pass of the compute loop, in call order
+  double gemm_loop_alone_s = 0;        // seconds per pass
+  double gemm_loop_beside_gathers_s = 0;  // per pass, while all-gathers of gather_bytes run back to back
+  double gather_bytes = 0;
+  std::vector<ContentionPoint> collectives;
+};
+
 struct CpuAdamWMeasurement {
   int64_t params = 0;  // elements per update, alone
   int threads = 0;     // alone: all of the host's hardware threads
@@ -113,6 +133,7 @@ struct ProfileMeasurements {
   LaunchMeasurement launch;
   std::optional<HostCopyMeasurement> host_copies;      // CUDA only
   std::vector<CollectiveMeasurement> collectives;      // CUDA, 2+ GPUs; the first among all GPUs measured
+  std::optional<ContentionMeasurement> contention;     // CUDA, 2+ GPUs: among all GPUs measured
   CpuAdamWMeasurement cpu_adamw;
   std::optional<FixedMemoryMeasurement> fixed_memory;  // CUDA only
   // What could not be measured and why ("pinned copies: cudaHostAlloc failed ...").

@@ -87,4 +87,17 @@ std::vector<AttentionShape> ProfileAttentionShapes(bool cuda, bool quick) {
   return shapes;
 }
 
+std::vector<GemmShape> ContentionBlockGemms() {
+  const ModelSpec m = PresetModel("llama3-8b");
+  constexpr int64_t kTokens = 2 * 4096;
+  const std::string model = "llama3-8b ";
+  return {{model + "q", kTokens, m.hidden, m.q_dim(), false},
+          {model + "k", kTokens, m.hidden, m.kv_dim(), false},
+          {model + "v", kTokens, m.hidden, m.kv_dim(), false},
+          {model + "o", kTokens, m.q_dim(), m.hidden, false},
+          {model + "gate", kTokens, m.hidden, m.intermediate, false},
+          {model + "up", kTokens, m.hidden, m.intermediate, false},
+          {model + "down", kTokens, m.intermediate, m.hidden, false}};
+}
+
 }  // namespace llmplan::executor

@@ -52,4 +52,10 @@ std::vector<GemmShape> CpuFp32GemmShapes(bool quick);
 
 std::vector<AttentionShape> ProfileAttentionShapes(bool cuda, bool quick);
 
+// The compute the contention measurement (contention.h) runs beside NCCL:
+// every forward GEMM of one Llama-3-8B block at micro-batch 2 x seq 4096
+// (8192 tokens), in the model's call order — q, k, v, o, gate, up, down —
+// the kernels a prefetched all-gather or a reduce-scatter overlaps in training.
+std::vector<GemmShape> ContentionBlockGemms();
+
 }  // namespace llmplan::executor

@@ -6,14 +6,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 #include <vector>
 
+#include <c10/util/Exception.h>
+
 #include "executor/hardware/cuda_machine.h"
 #include "executor/hardware/host_info.h"
+#include "executor/profile/contention.h"
 #include "executor/profile/cpu_adamw_rate.h"
 #include "executor/profile/host_copies.h"
 #include "executor/profile/nccl_collectives.h"
@@ -142,6 +146,12 @@ void MeasureCpu(const HostInfo& host, bool quick, ProfileMeasurements& m, std::o
 }
 
 #ifdef LLMPLAN_WITH_CUDA
+void FailContention(const std::string& why, ProfileMeasurements& m, ProfileProgress& progress) {
+  m.contention.reset();
+  m.skipped.push_back("collectives and compute beside each other (" + why + "; the base's slowdowns stand)");
+  progress.End("failed: " + why);
+}
+
 void MeasureCuda(const HostInfo& host, const CudaMachine& machine, int collective_gpus, bool quick,
                  ProfileMeasurements& m, std::ostream& out, bool terminal) {
   const c10::Device device(c10::kCUDA, 0);
@@ -177,6 +187,19 @@ void MeasureCuda(const HostInfo& host, const CudaMachine& machine, int collectiv
     stages.push_back({"NCCL all-gather, reduce-scatter, all-reduce among " + std::to_string(g.size()) + " GPUs, bf16, " +
                           FormatBytes(sizes.front()) + " to " + FormatBytes(sizes.back()),
                       quick ? 3.0 : 8.0});
+  // Collectives and compute beside each other, among all GPUs: sizes a
+  // step's gathers and reduce-scatters have (a Llama-3-8B block's bf16
+  // parameters are 436 MiB).
+  const std::vector<double> contention_sizes = quick ? std::vector<double>{64 * kMiB, 256 * kMiB}
+                                                     : std::vector<double>{16 * kMiB, 64 * kMiB, 256 * kMiB, 1024 * kMiB};
+  const double contention_gather = 256 * kMiB;
+  if (!groups.empty())
+    stages.push_back({"NCCL beside compute among " + std::to_string(groups.front().size()) +
+                          " GPUs: all-gather, reduce-scatter, all-reduce of " + FormatBytes(contention_sizes.front()) +
+                          " to " + FormatBytes(contention_sizes.back()) +
+                          " alone and beside a Llama-3-8B block's GEMMs (8192 tokens); the GEMMs alone and beside " +
+                          FormatBytes(contention_gather) + " all-gathers",
+                      quick ? 3.0 : 12.0});
   ProfileProgress progress(out, terminal, stages);
   size_t stage = 0;
 
@@ -228,6 +251,25 @@ void MeasureCuda(const HostInfo& host, const CudaMachine& machine, int collectiv
     } catch (const std::runtime_error& e) {
       m.skipped.push_back("collectives among " + std::to_string(group.size()) + " GPUs (" + e.what() + ")");
       progress.End(std::string("failed: ") + e.what());
+    }
+  }
+  if (!groups.empty()) {
+    progress.Begin(++stage);
+    try {
+      m.contention = MeasureContention(groups.front(), contention_sizes, contention_gather, quick ? 3 : 5,
+                                       quick ? 0.01 : 0.03, [&](int d, int t) { progress.Items(d, t); });
+      std::vector<double> ratios;
+      for (const ContentionPoint& p : m.contention->collectives) ratios.push_back(p.beside_compute_s / p.alone_s);
+      std::sort(ratios.begin(), ratios.end());
+      char note[160];
+      std::snprintf(note, sizeof note, "collectives x%.2f-x%.2f beside GEMMs, GEMMs x%.2f beside all-gathers",
+                    ratios.front(), ratios.back(),
+                    m.contention->gemm_loop_beside_gathers_s / m.contention->gemm_loop_alone_s);
+      progress.End(note);
+    } catch (const c10::Error& e) {  // LibTorch: out of memory
+      FailContention(e.what_without_backtrace(), m, progress);
+    } catch (const std::runtime_error& e) {  // CUDA, NCCL, or the cover never held
+      FailContention(e.what(), m, progress);
     }
   }
   if (collective_gpus < 2) m.skipped.push_back("collectives (one GPU: the base's curves stand)");

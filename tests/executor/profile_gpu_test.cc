@@ -1,5 +1,6 @@
 // `llmplan profile` on the GPU machine (label gpu): a quick profile is a
-// valid cuda profile with H200-class rates and measured fixed memory.
+// valid cuda profile with H200-class rates and measured fixed memory, and on
+// 2+ GPUs it measured collectives and compute beside each other.
 #include <unistd.h>
 
 #include <fstream>
@@ -47,10 +48,27 @@ TEST(ProfileGpuTest, QuickProfileIsAValidCudaProfileWithH200Rates) {
   } else {
     EXPECT_GT(square_8192, 0) << gpu;
   }
+  EXPECT_DOUBLE_EQ(p.cpu_adam_alone_params_per_s, m["cpu_adamw"]["alone"]["params_per_s"].get<double>());
   const int gpus = m["machine"]["gpus"].get<int>();
   if (gpus >= 2) {
     EXPECT_EQ(p.intra_node.all_reduce.measured_group_size, gpus);
     EXPECT_GT(p.collective_buffer_bytes, 0);
+    // Collectives and compute beside each other: every row measured, each
+    // ratio plausible (NCCL and GEMMs share SMs and HBM; neither can get
+    // faster by much, nor stall), and the profile's slowdowns are theirs.
+    ASSERT_TRUE(m.contains("contention")) << m["skipped"].dump();
+    const nlohmann::json& c = m["contention"];
+    EXPECT_EQ(c["collectives"]["table"].size(), 6u);  // --quick: 2 sizes x 3 ops
+    for (const auto& row : c["collectives"]["table"]) {
+      EXPECT_GT(row["beside_over_alone"].get<double>(), 0.8) << row.dump();
+      EXPECT_LT(row["beside_over_alone"].get<double>(), 5.0) << row.dump();
+    }
+    EXPECT_GT(c["compute"]["beside_over_alone"].get<double>(), 0.9);
+    EXPECT_LT(c["compute"]["beside_over_alone"].get<double>(), 3.0);
+    EXPECT_DOUBLE_EQ(p.collective_slowdown_during_compute,
+                     c["collectives"]["slowdown_during_compute"].get<double>());
+    EXPECT_DOUBLE_EQ(p.compute_slowdown_during_collectives,
+                     c["compute"]["slowdown_during_collectives"].get<double>());
   }
   gpu_test::RemoveTree(dir);
 }

@@ -2,9 +2,11 @@
 // efficiencies, a profile assembled from measurements loads and holds the
 // measured numbers (and says what came from the base), the shapes are the
 // models', the progress lines say what runs and how long is left.
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -96,6 +98,22 @@ ProfileMeasurements TwoGpuMeasurements() {
   m.collectives.push_back(c);
   m.cpu_adamw = {64 << 20, 32, (64 << 20) / 3e9, 2, 32 << 20, (32 << 20) / 1.6e9};
   m.fixed_memory = FixedMemoryMeasurement{150e9, 0.6e9, 12e9, 11e9, 64 << 20};
+  // Collectives beside the block's GEMMs 1.2x-1.9x their time alone (median
+  // of the six: 1.45); the GEMMs beside all-gathers 1.25x theirs.
+  ContentionMeasurement contention;
+  contention.group_size = 2;
+  contention.block_gemms = ContentionBlockGemms();
+  contention.gemm_loop_alone_s = 5e-3;
+  contention.gemm_loop_beside_gathers_s = 6.25e-3;
+  contention.gather_bytes = 256 << 20;
+  const std::vector<std::pair<std::string, double>> ratios = {{"all_gather", 1.3}, {"all_gather", 1.5},
+                                                              {"reduce_scatter", 1.6}, {"reduce_scatter", 1.9},
+                                                              {"all_reduce", 1.2}, {"all_reduce", 1.4}};
+  for (size_t i = 0; i < ratios.size(); ++i) {
+    const double bytes = i % 2 ? 1 << 30 : 64 << 20, alone = bytes / 200e9;
+    contention.collectives.push_back({ratios[i].first, bytes, alone, alone * ratios[i].second});
+  }
+  m.contention = contention;
   return m;
 }
 
@@ -122,6 +140,9 @@ TEST(AssembleProfileTest, MeasuredNumbersLandInTheProfileAndItLoads) {
   EXPECT_DOUBLE_EQ(p.intra_node.all_gather.points.back().second, 20e-6 + (256 << 20) / 250e9);
   EXPECT_EQ(p.inter_node.all_reduce.points, base.inter_node.all_reduce.points);
   EXPECT_NEAR(p.cpu_adam_params_per_s, 2 * 1.6e9, 2);  // the host: both GPUs offloading at once, summed
+  EXPECT_NEAR(p.cpu_adam_alone_params_per_s, 3e9, 1);   // one process with the host to itself
+  EXPECT_NEAR(p.collective_slowdown_during_compute, 0.45, 1e-12);
+  EXPECT_NEAR(p.compute_slowdown_during_collectives, 0.25, 1e-12);
   EXPECT_EQ(p.memory_bytes, 150e9);
   EXPECT_EQ(p.cuda_context_bytes, 1e9);  // used 12 GB - reserved 11 GB
   EXPECT_EQ(p.workspace_bytes, 64 << 20);
@@ -143,6 +164,48 @@ TEST(AssembleProfileTest, MeasuredNumbersLandInTheProfileAndItLoads) {
   const HardwareProfile loaded = HardwareProfileFromJson(file, "test");
   EXPECT_EQ(loaded.gemm_max_efficiency, p.gemm_max_efficiency);
   EXPECT_EQ(loaded.intra_node.all_gather.points, p.intra_node.all_gather.points);
+  EXPECT_EQ(loaded.collective_slowdown_during_compute, p.collective_slowdown_during_compute);
+  EXPECT_EQ(loaded.compute_slowdown_during_collectives, p.compute_slowdown_during_collectives);
+  EXPECT_EQ(loaded.cpu_adam_alone_params_per_s, p.cpu_adam_alone_params_per_s);
+}
+
+TEST(AssembleProfileTest, ContentionGivesBothSlowdownsAndItsRawTable) {
+  const AssembledProfile a = AssembleProfile(TwoGpuMeasurements(), Builtin("h200-sxm"), "h200-measured");
+  for (const char* field : {"collectives.slowdown_during_compute", "compute.slowdown_during_collectives"})
+    EXPECT_EQ(std::find(a.from_base.begin(), a.from_base.end(), field), a.from_base.end()) << field << " was measured";
+  const nlohmann::json& c = a.measurements["contention"];
+  ASSERT_EQ(c["collectives"]["table"].size(), 6u);
+  EXPECT_EQ(c["collectives"]["table"][3]["op"], "reduce_scatter");
+  EXPECT_NEAR(c["collectives"]["table"][3]["beside_over_alone"].get<double>(), 1.9, 1e-12);
+  EXPECT_NEAR(c["collectives"]["median_beside_over_alone"].get<double>(), 1.45, 1e-12);
+  EXPECT_NEAR(c["compute"]["beside_over_alone"].get<double>(), 1.25, 1e-12);
+  EXPECT_EQ(c["gemm_pass"]["shapes"].size(), 7u);
+  EXPECT_NEAR(c["compute"]["alone_flops_per_s"].get<double>(), c["gemm_pass"]["flops"].get<double>() / 5e-3, 1);
+  for (const char* said : {"took x1.45 their time alone", "median of 6, x1.20 to x1.90", "256.0 MiB all-gathers x1.25"})
+    EXPECT_NE(a.profile.source.find(said), std::string::npos) << said << " missing from: " << a.profile.source;
+
+  // Collectives beside compute faster than alone (noise on an idle link):
+  // no slowdown, never a negative one.
+  ProfileMeasurements faster = TwoGpuMeasurements();
+  for (ContentionPoint& point : faster.contention->collectives) point.beside_compute_s = 0.98 * point.alone_s;
+  faster.contention->gemm_loop_beside_gathers_s = 0.99 * faster.contention->gemm_loop_alone_s;
+  const AssembledProfile f = AssembleProfile(faster, Builtin("h200-sxm"), "faster");
+  EXPECT_EQ(f.profile.collective_slowdown_during_compute, 0);
+  EXPECT_EQ(f.profile.compute_slowdown_during_collectives, 0);
+}
+
+TEST(AssembleProfileTest, WithoutContentionBothSlowdownsComeFromTheBase) {
+  ProfileMeasurements m = TwoGpuMeasurements();
+  m.contention.reset();
+  HardwareProfile base = Builtin("h200-sxm");
+  base.collective_slowdown_during_compute = 0.3;  // a base that measured it
+  const AssembledProfile a = AssembleProfile(m, base, "no-contention");
+  EXPECT_EQ(a.profile.collective_slowdown_during_compute, 0.3);
+  EXPECT_EQ(a.profile.compute_slowdown_during_collectives, base.compute_slowdown_during_collectives);
+  for (const char* field : {"collectives.slowdown_during_compute", "compute.slowdown_during_collectives"})
+    EXPECT_NE(std::find(a.from_base.begin(), a.from_base.end(), field), a.from_base.end()) << field;
+  EXPECT_FALSE(a.measurements.contains("contention"));
+  EXPECT_EQ(a.profile.source.find("Contention"), std::string::npos);
 }
 
 TEST(AssembleProfileTest, OneSharedLinkAndNoCollectivesKeepTheBasesCurves) {
@@ -172,6 +235,7 @@ TEST(AssembleProfileTest, CpuProfileUsesHostMemoryAndTheEstimatedPeak) {
                                                             2 * d * d * d / (60e9 * d / (d + 40))});
   m.host_copies.reset();
   m.collectives.clear();
+  m.contention.reset();
   m.fixed_memory.reset();
   m.cpu_adamw.workers = 1;
   const HardwareProfile base = Builtin("cpu");
@@ -184,6 +248,7 @@ TEST(AssembleProfileTest, CpuProfileUsesHostMemoryAndTheEstimatedPeak) {
   EXPECT_EQ(a.profile.cuda_context_bytes, 0);
   EXPECT_EQ(a.profile.collective_buffer_bytes, 0);
   EXPECT_NEAR(a.profile.cpu_adam_params_per_s, 3e9, 1);  // alone: one rank per CPU machine
+  EXPECT_NEAR(a.profile.cpu_adam_alone_params_per_s, 3e9, 1);
   EXPECT_EQ(a.profile.host_to_device_bytes_per_s, base.host_to_device_bytes_per_s);
 
   // A peak estimated below the rates' asymptote (60 GFLOP/s) becomes the
@@ -234,6 +299,24 @@ TEST(ProfileShapesTest, TheModelsProjectionsAndReferenceSquares) {
   EXPECT_DOUBLE_EQ(a.ForwardFlops(), 2.0 * 2 * 4096.0 * 4096 * 32 * 128);
   EXPECT_DOUBLE_EQ(a.BackwardFlops(), 2.5 * a.ForwardFlops());
   for (const AttentionShape& s : ProfileAttentionShapes(true, false)) EXPECT_EQ(s.batch * s.seq, 16384);
+}
+
+TEST(ProfileShapesTest, ContentionRunsOneLlama3_8bBlockForwardAtMicroBatch2Seq4096) {
+  const std::vector<GemmShape> block = ContentionBlockGemms();
+  ASSERT_EQ(block.size(), 7u);
+  EXPECT_EQ(block[0].what, "llama3-8b q");
+  EXPECT_EQ(block[4].what, "llama3-8b gate");
+  EXPECT_EQ(block[6].what, "llama3-8b down");
+  EXPECT_EQ(block[6].in, 14336);
+  EXPECT_EQ(block[6].out, 4096);
+  double flops = 0;
+  for (const GemmShape& g : block) {
+    EXPECT_EQ(g.tokens, 8192) << g.what;
+    flops += g.Flops();
+  }
+  // 2 x tokens x the block's projection parameters (q, k, v, o, gate, up, down).
+  const double params = 4096.0 * 4096 * 2 + 4096.0 * 1024 * 2 + 4096.0 * 14336 * 3;
+  EXPECT_DOUBLE_EQ(flops, 2 * 8192 * params);
 }
 
 TEST(ProfileProgressTest, OneLinePerStageWithTimeLeftAndABarOnlyOnATerminal) {
