@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -46,7 +47,7 @@ void KeepStepsUpTo(const std::string& path, int64_t last_step) {
     }
     out.close();
     if (!out) {
-      fs::remove(tmp);
+      std::remove(tmp.c_str());
       throw UserError("cannot rewrite " + path + " for the resumed run (disk full?)");
     }
   }
@@ -94,15 +95,14 @@ RunDirectoryLock::~RunDirectoryLock() {
 }
 
 void PrepareRunDirectory(const std::string& dir, RunDirectoryMode mode, int64_t resumed_step) {
-  std::error_code ec;
   if (mode == RunDirectoryMode::kOverwrite) {
-    for (const std::string& name : RunFiles()) fs::remove(fs::path(dir) / name, ec);
+    for (const std::string& name : RunFiles()) std::remove((fs::path(dir) / name).c_str());
     return;
   }
   if (mode != RunDirectoryMode::kResume) return;
   KeepStepsUpTo((fs::path(dir) / "metrics.jsonl").string(), resumed_step);
   KeepStepsUpTo((fs::path(dir) / "op_times.jsonl").string(), resumed_step);
-  for (const char* name : {"summary.json", "trace.json", "final.safetensors"}) fs::remove(fs::path(dir) / name, ec);
+  for (const char* name : {"summary.json", "trace.json", "final.safetensors"}) std::remove((fs::path(dir) / name).c_str());
 }
 
 }  // namespace llmplan::executor

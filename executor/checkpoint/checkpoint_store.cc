@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/checkpoint/crc32c.h"
+#include "executor/remove_tree.h"
 #include "planner/user_error.h"
 
 namespace llmplan::checkpoint {
@@ -47,10 +48,7 @@ bool SyncPath(const std::string& path, bool directory) {
   return ok;
 }
 
-void RemoveAll(const std::string& path) {
-  std::error_code ec;
-  fs::remove_all(path, ec);
-}
+void RemoveAll(const std::string& path) { executor::RemoveTree(path); }
 
 }  // namespace
 

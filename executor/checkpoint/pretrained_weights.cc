@@ -151,7 +151,7 @@ int64_t ExportCheckpoint(const std::string& checkpoint_dir, const std::string& o
                         nlohmann::json{{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}}.dump(2) + "\n",
                         "safetensors index");
   } else {
-    fs::remove(fs::path(out_dir) / "model.safetensors.index.json", ec);
+    std::remove((fs::path(out_dir) / "model.safetensors.index.json").c_str());
   }
   WriteFileAtomically((fs::path(out_dir) / "config.json").string(), HfConfig(plan.model, options.dtype).dump(2) + "\n",
                       "model config");

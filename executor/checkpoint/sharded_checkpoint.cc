@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -198,7 +199,7 @@ void CheckpointWriter::Write(const Snapshot& snap, const TrainingProgress& progr
         throw UserError(j.is_discarded() ? "rank " + std::to_string(r) + "'s digest is unreadable"
                                          : "rank " + std::to_string(r) + ": " + j["error"].get<std::string>());
       manifest.files.push_back({ShardFileName(r, group), j.at("bytes").get<uint64_t>(), j.at("crc32c").get<uint32_t>()});
-      fs::remove(path);
+      std::remove(path.c_str());
     }
     SavePlan(plan_, partial + "/plan.json");
     const checkpoint::FileDigest plan_digest = checkpoint::DigestFile(partial + "/plan.json");

@@ -19,6 +19,7 @@
 
 #include "executor/checkpoint/safetensors.h"
 #include "tests/executor/cli_runner.h"
+#include "tests/executor/gpu_test_support.h"
 
 namespace llmplan {
 namespace {
@@ -32,7 +33,7 @@ class ResumeGpuTest : public ::testing::Test {
   void SetUp() override {
     if (!torch::cuda::is_available() || torch::cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA GPUs";
     dir_ = fs::temp_directory_path() / ("llmplan_resume_gpu_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
+    gpu_test::RemoveTree(dir_.string());
     fs::create_directories(dir_);
     std::vector<uint16_t> tokens(400000);
     std::mt19937 gen(7);
@@ -41,7 +42,7 @@ class ResumeGpuTest : public ::testing::Test {
         .write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
   }
   void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
+    if (!dir_.empty()) gpu_test::RemoveTree(dir_.string());
   }
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
 
