@@ -68,14 +68,23 @@ class BlockGemms {
 // A timing event before and after some work on one stream of each GPU.
 class Spans {
  public:
-  explicit Spans(const std::vector<int>& devices) {
+  explicit Spans(const std::vector<int>& devices) : devices_(devices) {
     for (int d : devices) {
       starts_.push_back(std::make_unique<cuda::Event>(d));
       ends_.push_back(std::make_unique<cuda::Event>(d));
     }
   }
-  void Start(size_t gpu, cudaStream_t stream) { starts_[gpu]->Record(stream, kWhat); }
-  void End(size_t gpu, cudaStream_t stream) { ends_[gpu]->Record(stream, kWhat); }
+  // The GPU is made current first: the GEMMs run on the default stream,
+  // whose handle (0) means "the current device's", and an event recorded on
+  // another device's stream fails (cudaErrorInvalidResourceHandle).
+  void Start(size_t gpu, cudaStream_t stream) {
+    cuda::Check(cudaSetDevice(devices_[gpu]), kWhat, "cudaSetDevice");
+    starts_[gpu]->Record(stream, kWhat);
+  }
+  void End(size_t gpu, cudaStream_t stream) {
+    cuda::Check(cudaSetDevice(devices_[gpu]), kWhat, "cudaSetDevice");
+    ends_[gpu]->Record(stream, kWhat);
+  }
   // The slowest GPU's span. REQUIRES: every event complete.
   double SlowestSeconds() const {
     double s = 0;
@@ -92,6 +101,7 @@ class Spans {
   }
 
  private:
+  std::vector<int> devices_;
   std::vector<std::unique_ptr<cuda::Event>> starts_, ends_;
 };
 
