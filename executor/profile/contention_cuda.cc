@@ -255,9 +255,15 @@ ContentionMeasurement MeasureContention(const std::vector<int>& devices, const s
       std::vector<double> times;
       for (int r = 0; r < repeats; ++r) times.push_back(rig.Collectives(op, share, calls, 0).first);
       point.alone_s = Median(times);
-      point.beside_compute_s =
-          MedianCovered(repeats, CoverFor(calls * point.alone_s, m.gemm_loop_alone_s),
-                        [&](int cover) { return rig.Collectives(op, share, calls, cover); });
+      // A collective that the GEMMs never cover (its kernels get no SMs until
+      // the GEMM queue drains) has no "beside" time: left out (0), not fatal.
+      try {
+        point.beside_compute_s =
+            MedianCovered(repeats, CoverFor(calls * point.alone_s, m.gemm_loop_alone_s),
+                          [&](int cover) { return rig.Collectives(op, share, calls, cover); });
+      } catch (const std::runtime_error&) {
+        point.beside_compute_s = 0;
+      }
       m.collectives.push_back(point);
       if (progress) progress(++done, total);
     }

@@ -259,7 +259,9 @@ void MeasureCuda(const HostInfo& host, const CudaMachine& machine, int collectiv
       m.contention = MeasureContention(groups.front(), contention_sizes, contention_gather, quick ? 3 : 5,
                                        quick ? 0.01 : 0.03, [&](int d, int t) { progress.Items(d, t); });
       std::vector<double> ratios;
-      for (const ContentionPoint& p : m.contention->collectives) ratios.push_back(p.beside_compute_s / p.alone_s);
+      for (const ContentionPoint& p : m.contention->collectives)
+        if (p.beside_compute_s > 0 && p.alone_s > 0) ratios.push_back(p.beside_compute_s / p.alone_s);
+      if (ratios.empty()) throw std::runtime_error("no collective was covered by the GEMMs");
       std::sort(ratios.begin(), ratios.end());
       char note[160];
       std::snprintf(note, sizeof note, "collectives x%.2f-x%.2f beside GEMMs, GEMMs x%.2f beside all-gathers",

@@ -14,7 +14,7 @@ build="${LLMPLAN_GPU_BUILD_DIR:-$root/build-gpu}"
 llmplan="$build/tools/llmplan"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out="${1:?usage: $0 OUT_DIR [MODEL] [GPUS]}" model="${2:-llama3.2-1b}" gpus="${3:-2}"
-steps=30 every=10  # saves after steps 10, 20 and 30 (the end)
+steps=20 every=10  # saves after steps 10 and 20 (the end)
 work="$build/checkpoint_cost"
 rm -rf "$work" && mkdir -p "$work" "$out"
 "$llmplan" data prepare -o "$work/tokens.bin" $(find "$root/planner" "$root/executor" -name '*.cc') >/dev/null || exit 1
