@@ -171,7 +171,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   // Checkpoints: which one to resume from is decided from the directory
   // alone (every rank sees the same complete checkpoints; rank 0 removes a
   // crash's partial ones before the first collective, so before any rank can
-  // start a save).
+  // start a save; complete ones are pruned only after the next save).
   std::string resume_path = config.resume_from;
   if (config.resume && resume_path.empty()) {
     if (config.ckpt_dir.empty()) throw UserError("--resume needs --ckpt-dir (where the checkpoints are)");
@@ -179,7 +179,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     if (resume_path.empty() && rank0 && config.progress)
       std::cout << "no checkpoint in " << config.ckpt_dir << " yet: starting at step 0" << std::endl;
   }
-  if (rank0 && !config.ckpt_dir.empty()) checkpoint::CheckpointStore(config.ckpt_dir).Prune(config.ckpt_keep);
+  if (rank0 && !config.ckpt_dir.empty()) checkpoint::CheckpointStore(config.ckpt_dir).RemovePartials();
   StopRequest stop_request;  // SIGINT/SIGTERM: stop at the next step boundary
 
   // CPU tensors are counted from here on, so a CPU run reports the bytes its

@@ -131,6 +131,12 @@ void CheckpointStore::Abandon(int64_t step) const { RemoveAll(PathOf(step) + kPa
 void CheckpointStore::Prune(int keep, int64_t except_partial_step) const {
   const auto steps = CompleteSteps();
   for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) RemoveAll(PathOf(steps[i]));
+  RemovePartialsExcept(except_partial_step);
+}
+
+void CheckpointStore::RemovePartials() const { RemovePartialsExcept(-1); }
+
+void CheckpointStore::RemovePartialsExcept(int64_t except_partial_step) const {
   std::error_code ec;
   fs::directory_iterator it(dir_, ec), end;
   std::vector<fs::path> stale;

@@ -59,8 +59,13 @@ class CheckpointStore {
   // stale partial directories other than `except_partial_step`'s.
   // REQUIRES: keep >= 1.
   void Prune(int keep, int64_t except_partial_step = -1) const;
+  // Removes the partial directories a crash left; complete checkpoints stay
+  // (a run may be about to resume from an old one).
+  void RemovePartials() const;
 
  private:
+  void RemovePartialsExcept(int64_t except_partial_step) const;
+
   std::string dir_;
 };
 

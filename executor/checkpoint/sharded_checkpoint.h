@@ -64,7 +64,7 @@ class CheckpointWriter {
   // shard group (rank < plan.shard_group_size), the committer rank 0.
   // REQUIRES: options.dir non-empty; options.keep >= 1; `model` outlives this;
   // no partial directory of a step this run will save exists (rank 0 prunes
-  // the store before the ranks' first collective: CheckpointStore::Prune).
+  // the store before the ranks' first collective: CheckpointStore::RemovePartials).
   CheckpointWriter(const Plan& plan, const LlamaModel& model, int rank, CheckpointOptions options);
   ~CheckpointWriter();  // waits for a save in flight
   CheckpointWriter(const CheckpointWriter&) = delete;
