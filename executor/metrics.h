@@ -5,7 +5,7 @@
 //   RUN_DIR/program.json     its step program: per op id, name, kind, stream,
 //                            group, unit, micro-batch and deps
 //   RUN_DIR/metrics.jsonl    one JSON object per step: step (from 1), loss, lr,
-//                            grad_norm, tokens_per_s[_per_gpu], mfu, hfu,
+//                            grad_norm, update_skipped, tokens_per_s[_per_gpu], mfu, hfu,
 //                            memory peaks, seconds per phase (data, forward,
 //                            recompute, backward, optimizer, comm, step), data
 //                            position
@@ -44,6 +44,7 @@ namespace llmplan::executor {
 struct StepMetrics {
   int64_t step = 0;  // optimizer steps taken, this one included (from 1)
   double loss = 0, lr = 0, grad_norm = 0;
+  bool update_skipped = false;      // a bad step whose AdamW update was skipped (--bad-step skip)
   double tokens_per_s = 0;          // the whole job: all ranks' tokens per second
   double tokens_per_s_per_gpu = 0;  // per rank; MFU and HFU are per GPU too
   double mfu = 0, hfu = 0;

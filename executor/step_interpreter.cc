@@ -255,6 +255,7 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
   norm_sq_ = at::Tensor();
   grad_norm_ = 0;
+  skip_update_ = false;
   executed_.clear();
 
   StepResult result;
@@ -284,6 +285,7 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   const double ranks = comms_.world != nullptr ? comms_.world->size() : 1;
   result.loss = loss_sum_.item<double>() / ranks / static_cast<double>(plan_.grad_accum);
   result.grad_norm = grad_norm_;
+  result.update_skipped = skip_update_;
   result.executed = executed_;
   for (const StepOp& op : program_.ops) {
     const OpMeasurement& m = result.measurement.ops[op.id];
@@ -447,12 +449,15 @@ void StepInterpreter::ClipGradients(const StepOp& op) {
   (void)op;
   TORCH_CHECK(norm_sq_.defined(), "clip gradients before the grad norm op");
   grad_norm_ = std::sqrt(norm_sq_.sum().item<double>());  // the host waits for the device here
+  skip_update_ = update_gate_ && !update_gate_(grad_norm_);
+  if (skip_update_) return;
   std::vector<at::Tensor> grads;
   for (auto& u : units_) grads.push_back(u.grad());
   optimizer_.ClipToNorm(grads, grad_norm_);
 }
 
 void StepInterpreter::OptimizerStep(const StepOp& op) {
+  if (skip_update_) return;
   FlatUnit& unit = units_.at(op.unit);
   // compute_shard is what the next gathers send (or, resident, the compute
   // copy itself); undefined on one GPU with gathers, whose "gather" casts.
@@ -522,6 +527,7 @@ void StepInterpreter::CopyGradsToHost(const StepOp& op) {
 
 void StepInterpreter::CpuOptimizerStep(const StepOp& op) {
   TORCH_CHECK(offload_, "CPU optimizer step in a program without offload");
+  if (skip_update_) return;
   FlatUnit& unit = units_.at(op.unit);
   optimizer_.Update(op.unit, unit.master(), host_grads_.at(op.unit), host_compute_.at(op.unit));
 }

@@ -45,6 +45,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -81,6 +82,7 @@ struct StepResult {
   double loss = 0;       // mean over the step's micro-batches (and ranks)
   double grad_norm = 0;  // global L2 norm before clipping
   double lr = 0;         // learning rate applied
+  bool update_skipped = false;  // the update gate refused this step's gradients (see SetUpdateGate)
   StepMeasurement measurement;  // every op, by id
   std::vector<int> executed;    // op ids in the order they were performed
   // Device seconds by kind of work (sums of the ops' measured durations).
@@ -118,6 +120,13 @@ class StepInterpreter {
   // memory (out_of_memory.h: the op, measured and predicted memory, a plan
   // that would fit).
   StepResult Run(const std::vector<at::Tensor>& micro_batches);
+
+  // Called with the step's global gradient norm (before clipping) once it is
+  // on the host, before any parameter changes; returning false skips the
+  // step's AdamW updates (its ops still run, as no-ops, so the program and
+  // the record stay whole; the step count still advances). Every rank must
+  // decide alike: the norm is the same on every rank.
+  void SetUpdateGate(std::function<bool(double grad_norm)> gate) { update_gate_ = std::move(gate); }
 
  private:
   struct Activation {
@@ -180,6 +189,8 @@ class StepInterpreter {
   std::map<int, at::Tensor> reduced_shard_;  // reduce-scatter op id -> the shard it writes
   at::Tensor loss_sum_, norm_sq_;
   double grad_norm_ = 0;
+  bool skip_update_ = false;
+  std::function<bool(double)> update_gate_;
   std::vector<int> executed_;
 };
 

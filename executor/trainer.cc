@@ -256,6 +256,11 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   resume_from.reset();
   double timed_tokens_per_s = 0, timed_tokens_per_s_per_gpu = 0, timed_mfu = 0, timed_hfu = 0;
   int64_t timed_steps = 0;
+  // Diverging steps: judged after each step; with kSkip the interpreter asks
+  // before the update whether the gradient norm is acceptable.
+  BadStepMonitor bad_steps(config.bad_step);
+  if (config.bad_step.action == BadStepAction::kSkip)
+    step.SetUpdateGate([&](double grad_norm) { return bad_steps.GradNormIsGood(grad_norm); });
 
   // Saves a checkpoint of the state after `taken` steps (a warning, never a
   // failure, when it cannot: the previous checkpoints are intact and
@@ -288,15 +293,25 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
 
     StepResult r = step.Run(micro_batches);  // returns after the device finished the step
     const double step_s = SecondsSince(step_start);
-    if (!std::isfinite(r.loss))
-      throw std::runtime_error("loss is " + std::to_string(r.loss) + " at step " + std::to_string(taken + 1) +
-                               ": training diverged (lower --lr or raise warmup_steps)");
+    if (const std::string bad = bad_steps.Judge(r.loss, r.grad_norm); !bad.empty()) {
+      const std::string where = "step " + std::to_string(taken + 1) + ": " + bad;
+      if (bad_steps.policy().action == BadStepAction::kStop || (!std::isfinite(r.loss) && !r.update_skipped))
+        throw std::runtime_error(where + ": training diverged; stopped before saving this state" +
+                                 (summary.last_checkpoint.empty() ? std::string()
+                                                                  : " (the last checkpoint is " + summary.last_checkpoint + ")") +
+                                 ": lower --lr or raise warmup_steps, or pass --bad-step skip");
+      if (rank0)
+        std::cerr << "llmplan: warning: " << where
+                  << (r.update_skipped ? ": its update was skipped" : ": its update was applied (a loss is known only after it)")
+                  << std::endl;
+    }
 
     StepMetrics m;
     m.step = optimizer.state().step;
     m.loss = r.loss;
     m.lr = r.lr;
     m.grad_norm = r.grad_norm;
+    m.update_skipped = r.update_skipped;
     m.tokens_per_s = static_cast<double>(plan.TokensPerStep()) / step_s;
     // MFU is per GPU: this rank's tokens against one device's peak.
     m.tokens_per_s_per_gpu = m.tokens_per_s / plan.gpus;

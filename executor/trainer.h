@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 
+#include "executor/bad_step.h"
 #include "executor/metrics.h"
 #include "executor/run_directory.h"
 #include "planner/plan.h"
@@ -46,6 +47,9 @@ struct TrainConfig {
   // Start from pretrained weights: a Hugging Face directory (model.safetensors
   // or a sharded index) whose tensors match the plan's model.
   std::string init_from;
+  // A step whose loss or gradient norm is not finite or spikes
+  // (executor/bad_step.h): stop the run, or skip its update.
+  BadStepPolicy bad_step;
 };
 
 // Trains config.plan for config.steps optimizer steps on micro-batches from
@@ -70,8 +74,9 @@ struct TrainConfig {
 // REQUIRES: nothing. Throws UserError for an invalid plan, a plan this
 // executor cannot run (parameter offload), a world size other than
 // plan.gpus, no CUDA device when one is asked for, or a bad batch;
-// CollectiveError when the ranks cannot connect; std::runtime_error when the
-// loss stops being finite.
+// CollectiveError when the ranks cannot connect; std::runtime_error for a
+// bad step (a loss or gradient norm not finite or spiking) under
+// BadStepAction::kStop.
 RunSummary Train(const TrainConfig& config, BatchSource& data);
 
 // Train() on a token file read by the background batch loader (shuffled

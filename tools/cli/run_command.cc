@@ -5,7 +5,7 @@
 //               [--cpu [--cpu-ranks N]] [--dtype bf16|fp32] [--lr X] [--no-final-weights]
 //               [--ckpt-dir DIR [--ckpt-every K] [--ckpt-keep N] [--ckpt-async]]
 //               [--resume | --resume-from DIR/step-NNNNNNNN | --init-from HF_DIR]
-//               [--overwrite]
+//               [--overwrite] [--bad-step stop|skip] [--spike-factor F]
 //
 // The plan comes from `llmplan estimate ... -o plan.json`; the token file from
 // `llmplan data prepare` or any format executor/data/token_file.h reads.
@@ -44,6 +44,8 @@ struct RunOptions {
   std::string resume_from;
   std::string init_from;
   bool overwrite = false;
+  std::string bad_step = "stop";
+  double spike_factor = 10;
 };
 
 void RunCommand(const RunOptions& o) {
@@ -67,6 +69,8 @@ void RunCommand(const RunOptions& o) {
   config.resume = o.resume;
   config.resume_from = o.resume_from;
   config.init_from = o.init_from;
+  config.bad_step.action = executor::ParseBadStepAction(o.bad_step);
+  config.bad_step.spike_factor = o.spike_factor;
   if (o.overwrite && (o.resume || !o.resume_from.empty()))
     throw UserError("--overwrite replaces the earlier run and --resume continues it: pass one of them");
   if ((o.ckpt_every > 0 || o.ckpt_async || o.resume) && o.ckpt_dir.empty())
@@ -133,6 +137,10 @@ void AddRunCommand(CLI::App& app) {
   run->add_option("--init-from", options->init_from,
                   "Start from Hugging Face weights: a directory with model.safetensors (or its index) or one file");
   run->add_flag("--overwrite", options->overwrite, "Replace the files of an earlier run in --out");
+  run->add_option("--bad-step", options->bad_step,
+                  "A step whose loss or gradient norm is not finite or spikes: stop (default) or skip its update");
+  run->add_option("--spike-factor", options->spike_factor,
+                  "A spike is this many times the mean of the last 20 good steps (default 10; 0: off)");
   run->add_option("--cpu-ranks", options->cpu_ranks, "With --cpu: CPU processes to start (default: the plan's gpus)")
       ->check(CLI::Range(1, 1024));
   run->callback([options] { RunCommand(*options); });
