@@ -270,7 +270,10 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     const std::string error = checkpoints->Save(
         units, optimizer.state(), TrainingProgress{taken, data.position(), taken * plan.TokensPerStep()});
     if (!error.empty() && rank0) std::cerr << "llmplan: warning: " << error << std::endl;
-    summary.last_checkpoint = checkpoint::CheckpointStore(config.ckpt_dir).PathOf(taken);
+  };
+  // The newest complete checkpoint on disk (saves may have failed, or still be in flight).
+  auto newest_checkpoint = [&]() -> std::string {
+    return config.ckpt_dir.empty() ? "" : checkpoint::CheckpointStore(config.ckpt_dir).Newest().value_or("");
   };
   // Every rank must stop at the same step boundary, whichever got the
   // signal: one tiny all-reduce of the signal numbers (~tens of µs, once a
@@ -297,8 +300,8 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
       const std::string where = "step " + std::to_string(taken + 1) + ": " + bad;
       if (bad_steps.policy().action == BadStepAction::kStop || (!std::isfinite(r.loss) && !r.update_skipped))
         throw std::runtime_error(where + ": training diverged; stopped before saving this state" +
-                                 (summary.last_checkpoint.empty() ? std::string()
-                                                                  : " (the last checkpoint is " + summary.last_checkpoint + ")") +
+                                 (newest_checkpoint().empty() ? std::string()
+                                                              : " (the last checkpoint is " + newest_checkpoint() + ")") +
                                  ": lower --lr or raise warmup_steps, or pass --bad-step skip");
       if (rank0)
         std::cerr << "llmplan: warning: " << where
@@ -360,6 +363,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   if (checkpoints) {
     const std::string error = checkpoints->Wait();
     if (!error.empty() && rank0) std::cerr << "llmplan: warning: " << error << std::endl;
+    summary.last_checkpoint = newest_checkpoint();
   }
   if (!summary.losses.empty()) {
     summary.first_loss = summary.losses.front();

@@ -18,6 +18,8 @@
 // waits for it.
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
