@@ -565,6 +565,24 @@ int LaunchLocalRanks(const LaunchSpec& spec) {
           break;
         }
       }
+      // Every failure so far is a peer's ("Connection closed by peer"): the
+      // rank that caused it may still be tearing LibTorch down after printing
+      // its own error (seconds on a loaded machine). Wait for it to exit, then
+      // blame it.
+      if (PeerFailure(pump.FailureLine(children[*failed].rank))) {
+        const auto deadline = Clock::now() + std::chrono::seconds(5);
+        std::optional<size_t> cause;
+        while (!cause && Clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          reap();
+          for (size_t i : failures)
+            if (!PeerFailure(pump.FailureLine(children[i].rank))) cause = i;
+        }
+        if (cause) {
+          pump.WaitStderrClosed(children[*cause].rank, std::chrono::milliseconds(200));
+          failed = cause;
+        }
+      }
     }
     if (!stopping && g_received_signal != 0) {
       forwarded_signal = g_received_signal;
