@@ -6,13 +6,14 @@
 # planner: what the planner binary needs (estimate, simulate, compare,
 # calibrate): a compiler, CMake, Ninja and three header-only libraries.
 # all: also LibTorch and Gloo (the executor: run, profile, doctor),
-# GoogleTest and Google Benchmark, and `fortunes` (demo text). Debian's
+# GoogleTest and Google Benchmark, `fortunes` (demo text), and Clang with its
+# libFuzzer/sanitizer runtimes (tests/fuzz). Debian's
 # libtorch-dev is most of the download. Used by tools/setup.sh (planner) and
 # tools/test.sh (all); safe to run repeatedly; works as root or through sudo.
 set -euo pipefail
 mode="${1:-all}"
 planner=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libeigen3-dev)
-executor=(libgtest-dev googletest libbenchmark-dev libtorch-dev libgloo-dev python3 fortunes)
+executor=(libgtest-dev googletest libbenchmark-dev libtorch-dev libgloo-dev python3 fortunes clang libclang-rt-14-dev)
 case "$mode" in
   planner) packages=("${planner[@]}") ;;
   all) packages=("${planner[@]}" "${executor[@]}") ;;
