@@ -36,20 +36,15 @@ struct RunOptions {
   double lr = -1;     // < 0: the plan's
   int cpu_ranks = 0;  // with --cpu: local processes (Gloo ranks); 0: the plan's gpus
   bool no_final_weights = false;
-  std::string ckpt_dir;
-  int64_t ckpt_every = 0;
-  int ckpt_keep = 2;
-  bool ckpt_async = false;
-  bool resume = false;
-  std::string resume_from;
-  std::string init_from;
   bool overwrite = false;
   std::string bad_step = "stop";
-  double spike_factor = 10;
+  // Options that are TrainConfig fields as they are (checkpoints, resume,
+  // --init-from, --spike-factor) are bound to it directly.
+  executor::TrainConfig train;
 };
 
 void RunCommand(const RunOptions& o) {
-  executor::TrainConfig config;
+  executor::TrainConfig config = o.train;
   config.plan = LoadPlan(o.plan_path);
   if (!o.dtype.empty()) config.plan.param_dtype = ParseDType(o.dtype);
   if (o.lr >= 0) {
@@ -62,20 +57,13 @@ void RunCommand(const RunOptions& o) {
   config.device = o.cpu ? "cpu" : "cuda";  // cuda:LOCAL_RANK when several processes run
   config.progress = true;
   config.final_weights = !o.no_final_weights;
-  config.ckpt_dir = o.ckpt_dir;
-  config.ckpt_every = o.ckpt_every;
-  config.ckpt_keep = o.ckpt_keep;
-  config.ckpt_async = o.ckpt_async;
-  config.resume = o.resume;
-  config.resume_from = o.resume_from;
-  config.init_from = o.init_from;
   config.bad_step.action = executor::ParseBadStepAction(o.bad_step);
-  config.bad_step.spike_factor = o.spike_factor;
-  if (o.overwrite && (o.resume || !o.resume_from.empty()))
+  const bool resuming = config.resume || !config.resume_from.empty();
+  if (o.overwrite && resuming)
     throw UserError("--overwrite replaces the earlier run and --resume continues it: pass one of them");
-  if ((o.ckpt_every > 0 || o.ckpt_async || o.resume) && o.ckpt_dir.empty())
+  if ((config.ckpt_every > 0 || config.ckpt_async || config.resume) && config.ckpt_dir.empty())
     throw UserError("--ckpt-every, --ckpt-async and --resume need --ckpt-dir DIR (where checkpoints go)");
-  config.run_dir_mode = o.resume || !o.resume_from.empty() ? executor::RunDirectoryMode::kResume
+  config.run_dir_mode = resuming                            ? executor::RunDirectoryMode::kResume
                         : o.overwrite                       ? executor::RunDirectoryMode::kOverwrite
                                                             : executor::RunDirectoryMode::kNew;
   // Checked here too (before any rank starts), so a refused --out is one line.
@@ -122,24 +110,24 @@ void AddRunCommand(CLI::App& app) {
   run->add_option("--lr", options->lr, "Peak learning rate, overriding the plan's");
   run->add_flag("--no-final-weights", options->no_final_weights,
                 "Skip RUN_DIR/final.safetensors (for throughput runs: an 8B model is 32 GB to gather and write)");
-  run->add_option("--ckpt-dir", options->ckpt_dir,
+  run->add_option("--ckpt-dir", options->train.ckpt_dir,
                   "Checkpoint directory (every rank must see it): step-NNNNNNNN/ per checkpoint, saved atomically");
-  run->add_option("--ckpt-every", options->ckpt_every,
+  run->add_option("--ckpt-every", options->train.ckpt_every,
                   "Save a checkpoint every K steps (0: at the end and on SIGINT/SIGTERM only)")
       ->check(CLI::NonNegativeNumber);
-  run->add_option("--ckpt-keep", options->ckpt_keep, "Complete checkpoints to keep (default 2)")->check(CLI::Range(1, 1000000));
-  run->add_flag("--ckpt-async", options->ckpt_async,
+  run->add_option("--ckpt-keep", options->train.ckpt_keep, "Complete checkpoints to keep (default 2)")->check(CLI::Range(1, 1000000));
+  run->add_flag("--ckpt-async", options->train.ckpt_async,
                 "Copy the state to host memory and write checkpoints in the background while training goes on");
-  run->add_flag("--resume", options->resume,
+  run->add_flag("--resume", options->train.resume,
                 "Continue from the newest complete checkpoint in --ckpt-dir (start at step 0 when there is none); "
                 "--steps is the total");
-  run->add_option("--resume-from", options->resume_from, "Continue from this checkpoint directory (DIR/step-NNNNNNNN)");
-  run->add_option("--init-from", options->init_from,
+  run->add_option("--resume-from", options->train.resume_from, "Continue from this checkpoint directory (DIR/step-NNNNNNNN)");
+  run->add_option("--init-from", options->train.init_from,
                   "Start from Hugging Face weights: a directory with model.safetensors (or its index) or one file");
   run->add_flag("--overwrite", options->overwrite, "Replace the files of an earlier run in --out");
   run->add_option("--bad-step", options->bad_step,
                   "A step whose loss or gradient norm is not finite or spikes: stop (default) or skip its update");
-  run->add_option("--spike-factor", options->spike_factor,
+  run->add_option("--spike-factor", options->train.bad_step.spike_factor,
                   "A spike is this many times the mean of the last 20 good steps (default 10; 0: off)");
   run->add_option("--cpu-ranks", options->cpu_ranks, "With --cpu: CPU processes to start (default: the plan's gpus)")
       ->check(CLI::Range(1, 1024));
