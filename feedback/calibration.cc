@@ -7,7 +7,7 @@
 
 #include "feedback/calibration_fits.h"
 #include "planner/memory_timeline.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan {
 

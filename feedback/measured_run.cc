@@ -7,8 +7,8 @@
 #include <map>
 #include <sstream>
 
-#include "planner/json_read.h"
-#include "planner/user_error.h"
+#include "base/json_read.h"
+#include "base/user_error.h"
 
 namespace llmplan {
 

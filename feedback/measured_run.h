@@ -1,6 +1,6 @@
 // MeasuredRun: a finished (or interrupted) `llmplan run`, read back from its
 // run directory — the measurement side of every comparison and calibration.
-// No LibTorch: the files are plain JSON written by executor/metrics.h:
+// No LibTorch: the files are plain JSON written by executor/run/metrics.h:
 //   plan.json, program.json, op_times.jsonl, metrics.jsonl, summary.json (optional:
 //   a run that died keeps every finished step).
 // Every measured op is keyed by the StepProgram op id, so the prediction for

@@ -9,7 +9,7 @@
 
 #include "feedback/comparison_format.h"
 #include "feedback/svg_chart.h"
-#include "planner/atomic_file.h"
+#include "base/atomic_file.h"
 #include "planner/estimate.h"
 #include "simulator/xml_escape.h"
 

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/json_read.h"
-#include "planner/user_error.h"
+#include "base/json_read.h"
+#include "base/user_error.h"
 
 #ifndef LLMPLAN_SOURCE_PROFILES_DIR
 #define LLMPLAN_SOURCE_PROFILES_DIR "profiles"
@@ -258,7 +258,7 @@ std::vector<std::string> BuiltinProfileNames() {
 }
 
 HardwareProfile LoadHardwareProfile(const std::string& name_or_path) {
-  if (name_or_path.empty()) throw UserError("--gpu is empty: give a profile name or a path to a profile JSON");
+  if (name_or_path.empty()) throw UserError("hardware profile name is empty: give a profile name or a path to a profile JSON");
   std::error_code ec;
   std::filesystem::path path(name_or_path);
   bool looks_like_path = name_or_path.find('/') != std::string::npos || path.extension() == ".json";

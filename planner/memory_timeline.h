@@ -4,7 +4,7 @@
 // the host when a tensor is created or dropped, whatever the device is doing
 // then). So `after_op[i]` is what torch.cuda.memory_allocated() reads right
 // after op i is issued, and `peak` is max_memory_allocated() over the step:
-// the executor's measurement (executor/step_recorder.h) is its twin, op by op.
+// the executor's measurement (executor/step/step_recorder.h) is its twin, op by op.
 //
 // Within an op, `alloc_at_start` is applied in order, then `free_at_end`; the
 // op's highest point comes after the last allocation it makes before a free.

@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/json_read.h"
-#include "planner/user_error.h"
+#include "base/json_read.h"
+#include "base/user_error.h"
 
 namespace llmplan {
 
@@ -198,7 +198,7 @@ ModelSpec ModelSpecFromHfConfig(const nlohmann::json& config, const std::string&
 }
 
 ModelSpec LoadModelSpec(const std::string& name_or_path) {
-  if (name_or_path.empty()) throw UserError("--model is empty: give a preset name or a path to a config.json");
+  if (name_or_path.empty()) throw UserError("model name is empty: give a preset name or a path to a config.json");
   if (Presets().count(name_or_path)) return PresetModel(name_or_path);
   std::filesystem::path p(name_or_path);
   std::error_code ec;

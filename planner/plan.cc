@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/atomic_file.h"
-#include "planner/json_read.h"
-#include "planner/user_error.h"
+#include "base/atomic_file.h"
+#include "base/json_read.h"
+#include "base/user_error.h"
 
 namespace llmplan {
 
@@ -92,7 +92,7 @@ void Plan::Validate() const {
   // code (and Hugging Face's) is not meant to run there.
   if (seq_len > model.max_seq)
     fail("seq_len " + std::to_string(seq_len) + " is above " + model.name + "'s max_position_embeddings (" +
-         std::to_string(model.max_seq) + "); plan again with --seq " + std::to_string(model.max_seq) +
+         std::to_string(model.max_seq) + "); plan again with a sequence length of " + std::to_string(model.max_seq) +
          " or less, or raise max_position_embeddings in the model's config.json");
   if (micro_batch < 1 || micro_batch > 65536) fail("micro_batch must be between 1 and 65536");
   if (grad_accum < 1 || grad_accum > 65536) fail("grad_accum must be between 1 and 65536");
@@ -133,7 +133,7 @@ std::vector<int> ParseLayerList(const std::string& text, int64_t layers) {
   std::string item;
   auto parse_int = [&](const std::string& s) -> int {
     if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
-      throw UserError("--checkpoint-layers: '" + text + "' is not 'none', 'all' or a list like 0,3-5");
+      throw UserError("checkpoint layers: '" + text + "' is not 'none', 'all' or a list like 0,3-5");
     return std::stoi(s);
   };
   while (std::getline(ss, item, ',')) {
@@ -145,9 +145,9 @@ std::vector<int> ParseLayerList(const std::string& text, int64_t layers) {
       lo = parse_int(item.substr(0, dash));
       hi = parse_int(item.substr(dash + 1));
     }
-    if (lo > hi) throw UserError("--checkpoint-layers: range " + item + " runs backwards");
+    if (lo > hi) throw UserError("checkpoint layers: range " + item + " runs backwards");
     if (hi >= layers)
-      throw UserError("--checkpoint-layers: layer " + std::to_string(hi) + " does not exist; the model has layers 0.." +
+      throw UserError("checkpoint layers: layer " + std::to_string(hi) + " does not exist; the model has layers 0.." +
                       std::to_string(layers - 1));
     for (int i = lo; i <= hi; ++i) chosen.insert(i);
   }

@@ -7,7 +7,7 @@
 #include <map>
 
 #include "planner/step_program.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan {
 
@@ -187,7 +187,7 @@ class Searcher {
     std::vector<std::pair<int64_t, int64_t>> batches;  // (micro_batch, grad_accum)
     if (req_.global_batch > 0) {
       if (req_.global_batch % gpus != 0)
-        throw UserError("--global-batch " + std::to_string(req_.global_batch) + " is not a multiple of " +
+        throw UserError("global batch " + std::to_string(req_.global_batch) + " is not a multiple of " +
                         std::to_string(gpus) + " GPUs; use a multiple such as " +
                         std::to_string(req_.global_batch / gpus * gpus +
                                        (req_.global_batch / gpus * gpus <= std::numeric_limits<int64_t>::max() - gpus ? gpus : 0)));
@@ -199,11 +199,11 @@ class Searcher {
       const int64_t max_ga = req_.grad_accum ? MaxGradAccum(req_.model) : SearchGradAccumLimit(req_.model);
       const int64_t max_mb = req_.micro_batch ? *req_.micro_batch : kSearchMaxMicroBatch;
       if (per_gpu / max_mb > max_ga)  // also keeps the request's size out of every loop below
-        throw UserError("--global-batch " + std::to_string(req_.global_batch) + " on " + std::to_string(gpus) +
+        throw UserError("global batch " + std::to_string(req_.global_batch) + " on " + std::to_string(gpus) +
                         (gpus == 1 ? " GPU is " : " GPUs is ") + std::to_string(per_gpu) + " sequences per GPU per step, over the " +
                         std::to_string(max_mb * max_ga) + " the search can try for " + req_.model.name +
                         " (micro-batch <= " + std::to_string(max_mb) + " x grad-accum <= " + std::to_string(max_ga) +
-                        "); use a smaller --global-batch or more --gpus");
+                        "); use a smaller global batch or more GPUs");
       for (int64_t mb = 1; mb <= max_mb; ++mb) {
         if (per_gpu % mb != 0) continue;
         if (per_gpu / mb > max_ga) {  // a larger micro-batch may do
@@ -216,12 +216,12 @@ class Searcher {
       }
       if (batches.empty() && (req_.micro_batch || req_.grad_accum))
         throw UserError("no micro-batch x grad-accum gives " + std::to_string(per_gpu) +
-                        " sequences per GPU with the pinned values; change --micro-batch, --grad-accum or --global-batch");
+                        " sequences per GPU with the pinned values; change the micro-batch, the gradient accumulation or the global batch");
       if (batches.empty())
         throw UserError("no micro-batch <= " + std::to_string(max_mb) + " splits the " + std::to_string(per_gpu) +
                         " sequences per GPU into at most " + std::to_string(max_ga) +
-                        " micro-batches; use a --global-batch with small factors (a multiple of " +
-                        std::to_string(gpus * 64) + "), or pin --micro-batch and --grad-accum");
+                        " micro-batches; use a global batch with small factors (a multiple of " +
+                        std::to_string(gpus * 64) + "), or pin the micro-batch and the gradient accumulation");
     } else {
       int64_t ga = req_.grad_accum.value_or(1);
       if (req_.micro_batch) {
@@ -390,18 +390,18 @@ std::string SlowerReason(const Estimate& alt, const Estimate& best) {
 
 SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profile, const PlanEvaluator& evaluate) {
   req.model.Validate();
-  if (req.seq_len < 1 || req.seq_len > (int64_t{1} << 22)) throw UserError("--seq must be between 1 and 4194304");
+  if (req.seq_len < 1 || req.seq_len > (int64_t{1} << 22)) throw UserError("sequence length must be between 1 and 4194304");
   if (req.seq_len > req.model.max_seq)
-    throw UserError("--seq " + std::to_string(req.seq_len) + " is above " + req.model.name +
-                    "'s max_position_embeddings (" + std::to_string(req.model.max_seq) + "): use --seq " +
-                    std::to_string(req.model.max_seq) + " or less, or a config.json with a larger "
+    throw UserError("sequence length " + std::to_string(req.seq_len) + " is above " + req.model.name +
+                    "'s max_position_embeddings (" + std::to_string(req.model.max_seq) + "): use " +
+                    std::to_string(req.model.max_seq) + " tokens or less, or a config.json with a larger "
                     "max_position_embeddings");
-  if (req.global_batch < 0) throw UserError("--global-batch must be positive");
+  if (req.global_batch < 0) throw UserError("global batch must be positive");
   if (req.micro_batch && (*req.micro_batch < 1 || *req.micro_batch > 65536))
-    throw UserError("--micro-batch must be between 1 and 65536");
+    throw UserError("micro-batch must be between 1 and 65536");
   if (req.grad_accum && (*req.grad_accum < 1 || *req.grad_accum > 65536))
-    throw UserError("--grad-accum must be between 1 and 65536");
-  if (req.gpus < 0 || req.gpus > (1 << 20)) throw UserError("--gpus must be between 1 and 1048576, or auto");
+    throw UserError("gradient accumulation must be between 1 and 65536");
+  if (req.gpus < 0 || req.gpus > (1 << 20)) throw UserError("GPU count must be between 1 and 1048576, or 0 (search)");
 
   Searcher searcher(req, profile, evaluate);
   SearchResult result;
@@ -469,8 +469,8 @@ SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profil
                         result.best.why_not;
       if (searcher.untried_micro_batches)
         result.why_none += " (smaller micro-batches need over " + std::to_string(SearchGradAccumLimit(req.model)) +
-                           " micro-batches per step and were not tried: pin --micro-batch and --grad-accum to "
-                           "plan one)";
+                           " micro-batches per step and were not tried: pin the micro-batch and the gradient "
+                           "accumulation to plan one)";
     } else if (req.gpus > 0) {  // no candidate at all: the pins exclude every plan
       result.why_none = "no plan on " + std::to_string(req.gpus) +
                         " GPUs matches the pinned choices (hybrid_shard needs a shard group strictly between 1 and "

@@ -45,7 +45,7 @@ class Replay {
   }
 
   // What the executor allocates before the first step, in its order
-  // (executor/shard_model.cc, flat_unit.cc, optimizer/adamw.cc,
+  // (executor/sharding/shard_model.cc, flat_unit.cc, optimizer/adamw.cc,
   // step_interpreter.cc), each unit's share of the program's persistent
   // terms (which say what offload keeps on the host).
   void StartUp() {

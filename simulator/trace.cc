@@ -1,6 +1,6 @@
 #include "simulator/trace.h"
 
-#include "planner/atomic_file.h"
+#include "base/atomic_file.h"
 
 namespace llmplan {
 

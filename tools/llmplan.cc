@@ -1,13 +1,13 @@
 // llmplan: plan, simulate and run multi-GPU LLM training.
 // This binary holds the planner commands and never loads LibTorch, so it
-// starts in milliseconds; the executor commands (run, data, profile, doctor) are
+// starts in milliseconds; the executor commands (run, profile, doctor, export) are
 // llmplan-executor's, which this process becomes (tools/cli/executor_commands.h).
 // Exit status: 0 success, 1 a run that failed, 2 bad input (one-line message).
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "tools/cli/command_line.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/executor_commands.h"
@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   AddSimulateCommand(app);
   AddCompareCommand(app);
   AddCalibrateCommand(app);
+  AddDataCommand(app);
   ListExecutorCommands(app);
   return RunCommandLine(app, argc, argv);
 }

@@ -1,5 +1,5 @@
 // llmplan-executor: the executor's subcommands (LibTorch). Users reach it as
-// `llmplan run|data|profile|doctor|export ...`: llmplan execs this binary with the
+// `llmplan run|profile|doctor|export ...`: llmplan execs this binary with the
 // same arguments. It can also be run directly, and it is what the launcher
 // starts for every rank (it re-runs its own binary: executor/launcher).
 // Exit status: 0 success, 1 a run that failed, 2 bad input (one-line message).
@@ -15,7 +15,6 @@ int main(int argc, char** argv) {
                "llmplan"};
   // One line per subcommand; each is also a row of kExecutorCommands.
   AddRunCommand(app);
-  AddDataCommand(app);
   AddProfileCommand(app);
   AddDoctorCommand(app);
   AddExportCommand(app);

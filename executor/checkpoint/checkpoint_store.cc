@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/checkpoint/crc32c.h"
-#include "executor/remove_tree.h"
-#include "planner/user_error.h"
+#include "executor/checkpoint/remove_tree.h"
+#include "base/user_error.h"
 
 namespace llmplan::checkpoint {
 

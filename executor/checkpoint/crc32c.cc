@@ -13,7 +13,7 @@
 #include <nmmintrin.h>
 #endif
 
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan::checkpoint {
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/checkpoint/crc32c.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan::checkpoint {
 

@@ -7,9 +7,9 @@
 #include <torch/torch.h>
 
 #include "executor/checkpoint/sharded_checkpoint.h"
-#include "planner/atomic_file.h"
+#include "base/atomic_file.h"
 #include "planner/plan.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan::executor {
 

@@ -18,8 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "executor/checkpoint/crc32c.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan::checkpoint {
 
@@ -61,21 +62,6 @@ const DtypeInfo* DtypeByTorch(torch::ScalarType type) {
 
 std::string Errno() { return std::strerror(errno); }
 
-// Writes all of [data, data + n) or returns false.
-bool WriteAll(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -112,32 +98,19 @@ FileDigest WriteSafetensors(const std::string& path, const std::map<std::string,
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t header_len = text.size();
 
-  // Temporary name in the same directory, so rename() is atomic.
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw UserError(path + ": cannot create " + temp + " (" + Errno() + "): check the directory");
   // The checksum is taken over the bytes as they are written, while they are
   // in cache: no second pass over a multi-gigabyte file.
+  AtomicFile file(path, "checkpoint shard");
   FileDigest digest;
   auto write = [&](const void* data, size_t bytes) {
     digest.crc32c = Crc32cExtend(digest.crc32c, data, bytes);
     digest.bytes += bytes;
-    return WriteAll(fd, data, bytes);
+    file.Write(data, bytes);
   };
-  bool ok = write(&header_len, 8) && write(text.data(), text.size());
-  for (size_t i = 0; ok && i < ordered.size(); ++i) {
-    ok = write(ordered[i].data_ptr(), ordered[i].nbytes());
-  }
-  // fsync before rename: otherwise a crash can leave the new name pointing at
-  // an empty file on some filesystems.
-  ok = ok && ::fsync(fd) == 0;
-  const std::string error = ok ? "" : Errno();
-  ok = (::close(fd) == 0) && ok;
-  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string why = error.empty() ? Errno() : error;
-    ::unlink(temp.c_str());
-    throw UserError(path + ": cannot write checkpoint (" + why + "): check free space and permissions");
-  }
+  write(&header_len, 8);
+  write(text.data(), text.size());
+  for (const torch::Tensor& t : ordered) write(t.data_ptr(), t.nbytes());
+  file.Commit();
   return digest;
 }
 

@@ -13,9 +13,9 @@
 #include <torch/torch.h>
 
 #include "executor/checkpoint/crc32c.h"
-#include "executor/host_memory.h"
-#include "planner/atomic_file.h"
-#include "planner/user_error.h"
+#include "executor/hardware/host_memory.h"
+#include "base/atomic_file.h"
+#include "base/user_error.h"
 
 namespace llmplan::executor {
 

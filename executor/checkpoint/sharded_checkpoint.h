@@ -34,7 +34,7 @@
 #include "executor/checkpoint/checkpoint_store.h"
 #include "executor/checkpoint/manifest.h"
 #include "executor/checkpoint/safetensors.h"
-#include "executor/flat_unit.h"
+#include "executor/sharding/flat_unit.h"
 #include "executor/model/llama_model.h"
 #include "executor/optimizer/adamw.h"
 #include "planner/plan.h"

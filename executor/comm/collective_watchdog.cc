@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <utility>
 
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan::executor {
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <optional>
 
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 extern char** environ;
 

@@ -12,7 +12,7 @@
 
 #include "executor/comm/gloo_communicator.h"
 #include "executor/comm/nccl_communicator.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan::executor {
 namespace {

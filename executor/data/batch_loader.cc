@@ -8,7 +8,7 @@
 #include <thread>
 #include <utility>
 
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan::data {
 

@@ -44,7 +44,7 @@
 
 #include <torch/torch.h>
 
-#include "executor/data/token_file.h"
+#include "data/token_file.h"
 
 namespace llmplan::data {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "executor/host_memory.h"
+#include "executor/hardware/host_memory.h"
 #include "executor/optimizer/adamw_math.h"
 #include "executor/optimizer/cpu_adamw.h"
 #include "executor/torch_compat.h"

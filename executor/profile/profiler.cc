@@ -23,10 +23,10 @@
 #include "executor/profile/nccl_collectives.h"
 #include "executor/profile/progress.h"
 #include "executor/profile/torch_measurements.h"
-#include "planner/atomic_file.h"
+#include "base/atomic_file.h"
 #include "planner/estimate.h"  // FormatBytes
 #include "planner/hardware_profile.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan::executor {
 

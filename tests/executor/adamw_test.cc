@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "executor/flat_unit.h"
+#include "executor/sharding/flat_unit.h"
 #include "executor/optimizer/adamw.h"
 #include "executor/optimizer/cpu_adamw.h"
 

@@ -10,9 +10,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "executor/bad_step.h"
-#include "planner/user_error.h"
-#include "tests/executor/cli_runner.h"
+#include "executor/run/bad_step.h"
+#include "base/user_error.h"
+#include "tests/cli_runner.h"
 
 namespace llmplan::executor {
 namespace {

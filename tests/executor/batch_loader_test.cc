@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan::data {
 namespace {

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/plan.h"
-#include "tests/executor/cli_runner.h"
+#include "tests/cli_runner.h"
 
 namespace llmplan {
 namespace {

@@ -13,7 +13,7 @@
 #include "executor/checkpoint/checkpoint_store.h"
 #include "executor/checkpoint/crc32c.h"
 #include "executor/checkpoint/manifest.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan::checkpoint {
 namespace {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "executor/loss/chunked_cross_entropy.h"
+#include "executor/model/chunked_cross_entropy.h"
 
 namespace llmplan::executor {
 namespace {

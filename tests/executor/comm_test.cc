@@ -32,7 +32,7 @@
 #include "executor/comm/gloo_communicator.h"
 #include "executor/comm/process_groups.h"
 #include "executor/launcher/launcher.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "tests/executor/rank_processes.h"
 
 namespace llmplan::executor {

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/estimate.h"
-#include "tests/executor/cli_runner.h"
+#include "tests/cli_runner.h"
 
 namespace llmplan {
 namespace {

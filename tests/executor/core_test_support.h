@@ -10,12 +10,12 @@
 
 #include <torch/torch.h>
 
-#include "executor/batch_source.h"
-#include "executor/flat_unit.h"
+#include "executor/run/batch_source.h"
+#include "executor/sharding/flat_unit.h"
 #include "executor/model/llama_model.h"
 #include "executor/optimizer/adamw.h"
-#include "executor/shard_model.h"
-#include "executor/step_interpreter.h"
+#include "executor/sharding/shard_model.h"
+#include "executor/step/step_interpreter.h"
 #include "executor/torch_compat.h"
 #include "planner/hardware_profile.h"
 #include "planner/plan.h"

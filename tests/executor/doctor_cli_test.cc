@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/executor/cli_runner.h"
+#include "tests/cli_runner.h"
 
 namespace llmplan {
 namespace {

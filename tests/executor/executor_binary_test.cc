@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/version.h>
 
-#include "tests/executor/cli_runner.h"
+#include "tests/cli_runner.h"
 #include "tools/cli/executor_commands.h"
 
 namespace llmplan {
@@ -52,7 +52,7 @@ TEST(ExecutorBinaryTest, EveryCommandLlmplanForwardsIsTheExecutors) {
 TEST(ExecutorBinaryTest, UnknownCommandIsNamed) {
   const CommandResult r = RunExecutor("estimate");
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_EQ(r.output, "llmplan: unknown command 'estimate'; commands: run, data, profile, doctor, export (see llmplan --help)\n");
+  EXPECT_EQ(r.output, "llmplan: unknown command 'estimate'; commands: run, profile, doctor, export (see llmplan --help)\n");
 }
 
 }  // namespace

@@ -23,13 +23,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "executor/data/token_file.h"
-#include "executor/preflight.h"
+#include "data/token_file.h"
+#include "executor/run/preflight.h"
 #include "planner/hardware_profile.h"
 #include "planner/plan.h"
 #include "planner/program_builder.h"
-#include "planner/user_error.h"
-#include "tests/executor/cli_runner.h"
+#include "base/user_error.h"
+#include "tests/cli_runner.h"
 
 extern char** environ;
 

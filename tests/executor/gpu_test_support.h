@@ -1,12 +1,12 @@
 // Helpers for GPU tests (label gpu).
 //
-// RemoveTree: see executor/remove_tree.h (std::filesystem::remove_all
+// RemoveTree: see executor/checkpoint/remove_tree.h (std::filesystem::remove_all
 // crashes in binaries linked against the CUDA LibTorch wheel).
 #pragma once
 
 #include <string>
 
-#include "executor/remove_tree.h"
+#include "executor/checkpoint/remove_tree.h"
 
 namespace llmplan::gpu_test {
 

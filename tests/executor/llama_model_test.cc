@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "executor/loss/chunked_cross_entropy.h"
+#include "executor/model/chunked_cross_entropy.h"
 #include "tests/executor/core_test_support.h"
 
 namespace llmplan::executor {

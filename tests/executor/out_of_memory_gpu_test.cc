@@ -11,9 +11,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "executor/trainer.h"
-#include "planner/user_error.h"
-#include "executor/batch_source.h"
+#include "executor/run/trainer.h"
+#include "base/user_error.h"
+#include "executor/run/batch_source.h"
 
 namespace llmplan::executor {
 namespace {

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/hardware_profile.h"
-#include "tests/executor/cli_runner.h"
+#include "tests/cli_runner.h"
 
 namespace llmplan {
 namespace {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/hardware_profile.h"
-#include "tests/executor/cli_runner.h"
+#include "tests/cli_runner.h"
 #include "tests/executor/gpu_test_support.h"
 
 namespace llmplan {

@@ -17,7 +17,7 @@
 #include "executor/profile/profile_shapes.h"
 #include "executor/profile/progress.h"
 #include "planner/hardware_profile.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan::executor {
 namespace {

@@ -18,7 +18,7 @@
 #include <torch/torch.h>
 
 #include "executor/checkpoint/safetensors.h"
-#include "tests/executor/cli_runner.h"
+#include "tests/cli_runner.h"
 #include "tests/executor/gpu_test_support.h"
 
 namespace llmplan {

@@ -24,7 +24,7 @@
 
 #include "executor/checkpoint/safetensors.h"
 #include "planner/model_spec.h"
-#include "tests/executor/cli_runner.h"
+#include "tests/cli_runner.h"
 
 namespace llmplan {
 namespace {

@@ -15,7 +15,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/executor/cli_runner.h"
+#include "tests/cli_runner.h"
 #include "tests/executor/rank_processes.h"
 #include <nlohmann/json.hpp>
 

@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 namespace llmplan::checkpoint {
 namespace {

@@ -25,11 +25,11 @@
 #include "tests/executor/gpu_test_support.h"
 
 #include "executor/checkpoint/safetensors.h"
-#include "executor/flat_unit.h"
-#include "executor/host_memory.h"
+#include "executor/sharding/flat_unit.h"
+#include "executor/hardware/host_memory.h"
 #include "executor/optimizer/adamw.h"
 #include "executor/torch_compat.h"
-#include "executor/trainer.h"
+#include "executor/run/trainer.h"
 #include "planner/step_program.h"
 #include "tests/executor/core_test_support.h"
 

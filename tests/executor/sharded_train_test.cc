@@ -39,8 +39,8 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/checkpoint/safetensors.h"
-#include "executor/trainer.h"
-#include "planner/user_error.h"
+#include "executor/run/trainer.h"
+#include "base/user_error.h"
 #include "executor/launcher/launcher.h"
 #include "tests/executor/core_test_support.h"
 #include "tests/executor/rank_processes.h"

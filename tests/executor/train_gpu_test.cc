@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "executor/torch_compat.h"
-#include "executor/trainer.h"
+#include "executor/run/trainer.h"
 #include "tests/executor/core_test_support.h"
 
 namespace llmplan::executor {

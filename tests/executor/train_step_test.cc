@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "executor/trainer.h"
-#include "planner/user_error.h"
+#include "executor/run/trainer.h"
+#include "base/user_error.h"
 #include "tests/executor/core_test_support.h"
 
 namespace llmplan::executor {

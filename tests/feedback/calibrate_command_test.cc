@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/hardware_profile.h"
-#include "planner/json_read.h"
+#include "base/json_read.h"
 #include "tests/feedback/synthetic_run.h"
 #include "tests/planner/test_support.h"
 

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "tests/feedback/synthetic_run.h"
 #include "tests/planner/test_support.h"
 

@@ -20,7 +20,7 @@
 #include "feedback/measured_run.h"
 #include "feedback/report_html.h"
 #include "feedback/stream_use.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "simulator/evaluate.h"
 #include "tests/planner/test_support.h"
 

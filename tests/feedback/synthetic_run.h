@@ -1,5 +1,5 @@
 // Synthetic run directories for the feedback tests: what `llmplan run` would
-// have written (executor/metrics.h's format) had the hardware behaved exactly
+// have written (executor/run/metrics.h's format) had the hardware behaved exactly
 // as a given profile's simulation of a program — so a fit from them has a
 // known right answer.
 #pragma once

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "executor/checkpoint/manifest.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

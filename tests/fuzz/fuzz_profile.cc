@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/hardware_profile.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/allocator_model.h"
-#include "planner/json_read.h"
+#include "base/json_read.h"
 #include "tests/planner/test_support.h"
 
 namespace llmplan {

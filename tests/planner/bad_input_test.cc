@@ -101,7 +101,7 @@ TEST(BadInputTest, PlanWithTooManyMicroBatchesIsRefused) {
 TEST(BadInputTest, SequenceLongerThanTheModelsMaximumIsRefused) {
   ScratchDir dir;
   ExpectOneLine(Bounded("estimate --model tiny-llama --gpu cpu --gpus 1 --seq 2048", dir),
-                "--seq 2048 is above tiny-llama's max_position_embeddings (1024): use --seq 1024 or less");
+                "sequence length 2048 is above tiny-llama's max_position_embeddings (1024): use 1024 tokens or less");
   // Without --seq: 4096, or the model's maximum when smaller.
   CliResult ok = Bounded("estimate --model tiny-llama --gpu cpu --gpus 1 --json", dir);
   ASSERT_EQ(ok.exit_code, 0) << ok.err;
@@ -113,7 +113,7 @@ TEST(BadInputTest, SequenceLongerThanTheModelsMaximumIsRefused) {
   NormaliseGrouping(p);
   p.seq_len = 2048;
   ExpectOneLine(Bounded("simulate --plan '" + dir.Write("p.json", PlanToJson(p).dump()) + "'", dir),
-                "plan: seq_len 2048 is above tiny-llama's max_position_embeddings (1024); plan again with --seq 1024");
+                "plan: seq_len 2048 is above tiny-llama's max_position_embeddings (1024); plan again with a sequence length of 1024");
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 
 #include "planner/cost_model.h"
 #include "planner/hardware_profile.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "tests/planner/test_support.h"
 
 namespace llmplan {

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/model_spec.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "tests/planner/test_support.h"
 
 namespace llmplan {

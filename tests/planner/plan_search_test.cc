@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "planner/plan_search.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "simulator/evaluate.h"
 #include "tests/planner/test_support.h"
 

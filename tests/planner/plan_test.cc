@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/plan.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "tests/planner/test_support.h"
 
 namespace llmplan {

@@ -63,7 +63,7 @@ TEST(PlannerBinaryTest, UnknownCommandIsNamedWithTheCommands) {
   ExpectBadInput("frobnicate --model llama3-8b", dir);
   CliResult r = RunCli("frobnicate", dir);
   EXPECT_EQ(r.err,
-            "llmplan: unknown command 'frobnicate'; commands: estimate, simulate, compare, calibrate, run, data, "
+            "llmplan: unknown command 'frobnicate'; commands: estimate, simulate, compare, calibrate, data, run, "
             "profile, doctor, export (see llmplan --help)\n");
 }
 
@@ -91,10 +91,10 @@ TEST(PlannerBinaryTest, ExecutorCommandWithoutTheExecutorIsOneLine) {
   const std::string alone = dir.File("llmplan");
   std::filesystem::copy_file(LLMPLAN_BINARY, alone);
   std::filesystem::permissions(alone, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
-  const CliResult beside = RunShell("env -u LLMPLAN_EXECUTOR '" + alone + "' data inspect tokens.bin", dir);
+  const CliResult beside = RunShell("env -u LLMPLAN_EXECUTOR '" + alone + "' doctor", dir);
   EXPECT_EQ(beside.exit_code, 2) << beside.err;
   EXPECT_EQ(std::count(beside.err.begin(), beside.err.end(), '\n'), 1) << beside.err;
-  EXPECT_EQ(beside.err.rfind("llmplan: 'llmplan data' needs the executor", 0), 0u) << beside.err;
+  EXPECT_EQ(beside.err.rfind("llmplan: 'llmplan doctor' needs the executor", 0), 0u) << beside.err;
   EXPECT_NE(beside.err.find("tools/build.sh"), std::string::npos) << beside.err;
 }
 

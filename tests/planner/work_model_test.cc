@@ -1,5 +1,5 @@
 // The work model against hand counts of what the executor's kernels do
-// (executor/loss/chunked_cross_entropy.cc for the head).
+// (executor/model/chunked_cross_entropy.cc for the head).
 #include "planner/work_model.h"
 
 #include <gtest/gtest.h>

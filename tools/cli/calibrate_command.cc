@@ -17,9 +17,9 @@
 
 #include "feedback/calibration.h"
 #include "feedback/comparison_format.h"
-#include "planner/atomic_file.h"
+#include "base/atomic_file.h"
 #include "planner/estimate.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "tools/cli/commands.h"
 
 namespace llmplan::cli {

@@ -6,7 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "tools/cli/version.h"
 
 namespace llmplan::cli {

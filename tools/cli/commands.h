@@ -9,16 +9,16 @@ class App;
 
 namespace llmplan::cli {
 
-// llmplan (planner, simulator and feedback, no LibTorch).
+// llmplan (planner, simulator, feedback and data; no LibTorch).
 void AddEstimateCommand(CLI::App& app);  // llmplan estimate
 void AddSimulateCommand(CLI::App& app);  // llmplan simulate
 void AddCompareCommand(CLI::App& app);   // llmplan compare
 void AddCalibrateCommand(CLI::App& app);  // llmplan calibrate
+void AddDataCommand(CLI::App& app);       // llmplan data prepare, llmplan data inspect
 
 // llmplan-executor (LibTorch); their names and summaries are rows of
 // kExecutorCommands (executor_commands.h).
 void AddRunCommand(CLI::App& app);      // llmplan run
-void AddDataCommand(CLI::App& app);     // llmplan data prepare, llmplan data inspect
 void AddProfileCommand(CLI::App& app);  // llmplan profile
 void AddDoctorCommand(CLI::App& app);   // llmplan doctor
 void AddExportCommand(CLI::App& app);   // llmplan export

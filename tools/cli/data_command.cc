@@ -27,10 +27,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "executor/data/token_file.h"
-#include "planner/user_error.h"
+#include "data/token_file.h"
+#include "data/token_file_writer.h"
+#include "base/user_error.h"
 #include "tools/cli/commands.h"
-#include "tools/cli/executor_commands.h"
 
 namespace llmplan::cli {
 
@@ -45,84 +45,8 @@ struct PrepareOptions {
   std::string separator_line;  // empty: one document per file
 };
 
-// Streams uint16 tokens into a temporary file next to the target and renames
-// it over the target on Commit(); the destructor removes an uncommitted file.
-class TokenFileWriter {
- public:
-  TokenFileWriter(const std::string& out, bool llmc_header) : out_(out), llmc_(llmc_header) {
-    const std::filesystem::path parent = std::filesystem::path(out).parent_path();
-    std::error_code ec;
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    temp_ = out + ".tmp." + std::to_string(::getpid());
-    file_ = std::fopen(temp_.c_str(), "wb");
-    if (file_ == nullptr) {
-      throw UserError("cannot create " + temp_ + " (" + std::strerror(errno) + "): check --out's directory");
-    }
-    if (llmc_) {
-      // Placeholder; the real header (with the count) is written on Commit().
-      const std::vector<int32_t> zeros(data::kLlmcHeaderInts, 0);
-      Check(std::fwrite(zeros.data(), 4, zeros.size(), file_) == zeros.size());
-    }
-    buffer_.reserve(kBufferTokens);
-  }
-  ~TokenFileWriter() {
-    if (file_ != nullptr) std::fclose(file_);
-    if (!committed_) std::remove(temp_.c_str());
-  }
-  TokenFileWriter(const TokenFileWriter&) = delete;
-  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
-
-  void Add(uint16_t token) {
-    buffer_.push_back(token);
-    if (buffer_.size() == kBufferTokens) Flush();
-  }
-  int64_t count() const { return count_ + static_cast<int64_t>(buffer_.size()); }
-
-  void Commit() {
-    Flush();
-    if (llmc_) {
-      int32_t header[data::kLlmcHeaderInts] = {};
-      header[0] = data::kLlmcMagicU16;
-      header[1] = 1;
-      header[2] = static_cast<int32_t>(count_);
-      Check(std::fseek(file_, 0, SEEK_SET) == 0);
-      Check(std::fwrite(header, 4, data::kLlmcHeaderInts, file_) == data::kLlmcHeaderInts);
-    }
-    Check(std::fflush(file_) == 0);
-    Check(::fsync(::fileno(file_)) == 0);
-    const int closed = std::fclose(file_);
-    file_ = nullptr;
-    Check(closed == 0);
-    Check(std::rename(temp_.c_str(), out_.c_str()) == 0);
-    committed_ = true;
-  }
-
- private:
-  static constexpr size_t kBufferTokens = 1 << 20;
-
-  void Flush() {
-    if (llmc_ && count() > INT32_MAX) {
-      throw UserError("more than 2^31 - 1 tokens do not fit llm.c's int32 header count: use --format raw-u16");
-    }
-    Check(std::fwrite(buffer_.data(), 2, buffer_.size(), file_) == buffer_.size());
-    count_ += static_cast<int64_t>(buffer_.size());
-    buffer_.clear();
-  }
-  void Check(bool ok) {
-    if (!ok) throw UserError("cannot write " + temp_ + " (" + std::strerror(errno) + "): check free space");
-  }
-
-  std::string out_;
-  std::string temp_;
-  bool llmc_;
-  std::FILE* file_ = nullptr;
-  std::vector<uint16_t> buffer_;
-  int64_t count_ = 0;  // tokens flushed
-  bool committed_ = false;
-};
-
 // Appends one input file's documents; returns how many it ended.
-int64_t TokenizeFile(const std::string& path, const std::string& separator_line, TokenFileWriter& writer) {
+int64_t TokenizeFile(const std::string& path, const std::string& separator_line, data::TokenFileWriter& writer) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError("cannot read input file '" + path + "' (" + std::strerror(errno) + ")");
   int64_t documents = 0;
@@ -174,7 +98,10 @@ void RunPrepare(const PrepareOptions& options) {
       throw UserError("input '" + input + "' is also --out: write the token file elsewhere");
     }
   }
-  TokenFileWriter writer(options.out, options.format == "llmc");
+  const std::filesystem::path parent = std::filesystem::path(options.out).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  data::TokenFileWriter writer(options.out, options.format == "llmc", 2);
   int64_t documents = 0;
   for (const std::string& input : options.inputs) documents += TokenizeFile(input, options.separator_line, writer);
   if (writer.count() == 0) throw UserError("the input files hold no text: nothing to write to " + options.out);
@@ -202,7 +129,7 @@ void RunInspect(const std::string& path, const std::string& format) {
 }  // namespace
 
 void AddDataCommand(CLI::App& app) {
-  CLI::App* data = app.add_subcommand("data", ExecutorCommandSummary("data"));
+  CLI::App* data = app.add_subcommand("data", "Prepare and inspect token files for llmplan run");
   data->require_subcommand(1);
   CLI::App* prepare = data->add_subcommand("prepare", "Tokenize text files into a token file (byte-level tokenizer)");
   prepare->footer(

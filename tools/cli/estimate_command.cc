@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/plan_search.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "simulator/evaluate.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/report.h"

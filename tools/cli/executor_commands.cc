@@ -11,7 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "tools/cli/build_info.h"
 
 namespace llmplan::cli {

@@ -24,7 +24,6 @@ struct ExecutorCommand {
 
 inline constexpr ExecutorCommand kExecutorCommands[] = {
     {"run", "Train a plan: one process per GPU of the plan (or --cpu-ranks on the CPU), metrics per step"},
-    {"data", "Prepare and inspect token files for llmplan run"},
     {"profile", "Measure this machine (GEMMs, attention, memory, copies, NCCL, CPU AdamW) into a hardware profile"},
     {"doctor", "Check this machine before training: GPUs, versions, links, a health all-reduce, NCCL/CUDA variables"},
     {"export", "Write a checkpoint as a Hugging Face model directory (config.json + safetensors)"},

@@ -11,7 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "executor/checkpoint/pretrained_weights.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/executor_commands.h"
 

@@ -8,17 +8,17 @@
 //               [--overwrite] [--bad-step stop|skip] [--spike-factor F]
 //
 // The plan comes from `llmplan estimate ... -o plan.json`; the token file from
-// `llmplan data prepare` or any format executor/data/token_file.h reads.
+// `llmplan data prepare` or any format data/token_file.h reads.
 #include <cstdlib>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "executor/launcher/launcher.h"
-#include "executor/run_directory.h"
-#include "executor/trainer.h"
+#include "executor/run/run_directory.h"
+#include "executor/run/trainer.h"
 #include "planner/plan.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/executor_commands.h"
 

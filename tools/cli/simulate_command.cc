@@ -8,9 +8,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "planner/atomic_file.h"
+#include "base/atomic_file.h"
 #include "planner/memory_timeline.h"
-#include "planner/user_error.h"
+#include "base/user_error.h"
 #include "simulator/evaluate.h"
 #include "simulator/timeline_svg.h"
 #include "simulator/trace.h"

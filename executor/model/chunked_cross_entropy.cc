@@ -1,0 +1,76 @@
+#include "executor/model/chunked_cross_entropy.h"
+
+#include "executor/torch_compat.h"
+
+namespace llmplan::executor {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCrossEntropyFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& targets, int64_t chunk_tokens) {
+    const int64_t n = hidden.size(0);
+    const double inv_n = 1.0 / static_cast<double>(n);
+    const bool need_grad_hidden = hidden.requires_grad(), need_grad_weight = weight.requires_grad();
+    at::Tensor grad_hidden = need_grad_hidden ? at::empty_like(hidden) : at::Tensor();
+    at::Tensor grad_weight = need_grad_weight ? at::zeros_like(weight) : at::Tensor();
+    at::Tensor loss_sum = at::zeros({}, hidden.options().dtype(at::kFloat));
+    for (int64_t start = 0; start < n; start += chunk_tokens) {
+      const int64_t len = std::min(chunk_tokens, n - start);
+      at::Tensor h = hidden.narrow(0, start, len);
+      at::Tensor t = targets.narrow(0, start, len).unsqueeze(1);
+      at::Tensor logits = at::mm(h, weight.t()).to(at::kFloat);  // [len, V] fp32: the only big buffer
+      at::Tensor lse = at::logsumexp(logits, 1, /*keepdim=*/true);
+      loss_sum += (lse - logits.gather(1, t)).sum();
+      if (!need_grad_hidden && !need_grad_weight) continue;
+      // d(mean loss)/d logits = (softmax - one_hot) / N, built in place in the
+      // logits buffer so no second [len, V] fp32 tensor is allocated.
+      logits.sub_(lse).exp_();
+      logits.scatter_add_(1, t, at::full({len, 1}, -1.0, logits.options()));
+      logits.mul_(inv_n);
+      at::Tensor dlogits = logits.to(hidden.scalar_type());
+      if (need_grad_hidden) {
+        at::Tensor dst = grad_hidden.narrow(0, start, len);
+        at::mm_out(dst, dlogits, weight);
+      }
+      if (need_grad_weight) grad_weight.addmm_(dlogits.t(), h);
+    }
+    ctx->saved_data["grad_hidden"] = grad_hidden;
+    ctx->saved_data["grad_weight"] = grad_weight;
+    return (loss_sum * inv_n).to(hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    at::Tensor g = grad_outputs[0];
+    at::Tensor grad_hidden = ctx->saved_data["grad_hidden"].toTensor();
+    at::Tensor grad_weight = ctx->saved_data["grad_weight"].toTensor();
+    ctx->saved_data.clear();  // drop our references as soon as autograd has the results
+    // Scale in place (these buffers are ours alone) by a device scalar: no
+    // host sync to test whether g is 1.
+    if (grad_hidden.defined()) grad_hidden.mul_(g.to(grad_hidden.scalar_type()));
+    if (grad_weight.defined()) grad_weight.mul_(g.to(grad_weight.scalar_type()));
+    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor ChunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                               int64_t chunk_tokens) {
+  TORCH_CHECK(chunk_tokens >= 1, "ChunkedCrossEntropy: chunk_tokens must be positive");
+  TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
+              "ChunkedCrossEntropy: hidden [N, H] and weight [V, H] expected");
+  TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0), "ChunkedCrossEntropy: targets [N] expected");
+  return ChunkedCrossEntropyFunction::apply(hidden, weight, targets, chunk_tokens);
+}
+
+at::Tensor PlainCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets) {
+  at::Tensor logits = at::mm(hidden, weight.t()).to(at::kFloat);
+  return at::cross_entropy_loss(logits, targets);
+}
+
+}  // namespace llmplan::executor

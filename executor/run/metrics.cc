@@ -1,0 +1,157 @@
+#include "executor/run/metrics.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "base/atomic_file.h"
+#include "base/user_error.h"
+#include "simulator/trace.h"
+
+namespace llmplan::executor {
+
+MetricsLog::MetricsLog(const std::string& run_dir, int64_t total_steps, bool progress, std::string per_device,
+                       bool append)
+    : run_dir_(run_dir),
+      total_steps_(total_steps),
+      progress_(progress),
+      terminal_(isatty(STDOUT_FILENO) != 0),
+      per_device_(std::move(per_device)) {
+  if (run_dir_.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir_, ec);
+  if (ec) throw UserError("cannot create run directory " + run_dir_ + ": " + ec.message());
+  const auto mode = append ? std::ios::app : std::ios::trunc;
+  metrics_.open(run_dir_ + "/metrics.jsonl", mode);
+  op_times_.open(run_dir_ + "/op_times.jsonl", mode);
+  if (!metrics_ || !op_times_) throw UserError("cannot write to run directory " + run_dir_);
+}
+
+void MetricsLog::WritePlanAndProgram(const Plan& plan, const StepProgram& program) {
+  if (run_dir_.empty()) return;
+  SavePlan(plan, run_dir_ + "/plan.json");
+  std::ofstream out(run_dir_ + "/program.json", std::ios::trunc);
+  out << StepProgramJson(program).dump(1) << "\n";
+  if (!out) throw UserError("cannot write " + run_dir_ + "/program.json");
+}
+
+void MetricsLog::WriteTrace(const StepProgram& program, const StepMeasurement& measurement) {
+  if (run_dir_.empty()) return;
+  std::vector<OpTiming> spans;
+  std::vector<MemorySample> memory;
+  for (const OpMeasurement& o : measurement.ops) {
+    spans.push_back({o.start_s, o.end_s});
+    if (o.measured) memory.push_back({o.issued_s, static_cast<double>(o.allocated)});
+  }
+  StepTrace(program, spans, memory, /*pid=*/2, "measured").Write(run_dir_ + "/trace.json");
+}
+
+void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measurement) {
+  if (!run_dir_.empty()) {
+    nlohmann::json j = {{"step", m.step},
+                        {"loss", m.loss},
+                        {"lr", m.lr},
+                        {"grad_norm", m.grad_norm},
+                        {"update_skipped", m.update_skipped},
+                        {"tokens_per_s", m.tokens_per_s},
+                        {"tokens_per_s_per_gpu", m.tokens_per_s_per_gpu},
+                        {"mfu", m.mfu},
+                        {"hfu", m.hfu},
+                        {"peak_allocated_bytes", m.peak_allocated_bytes},
+                        {"peak_reserved_bytes", m.peak_reserved_bytes},
+                        {"memory_source", m.memory_source},
+                        {"data_s", m.data_s},
+                        {"forward_s", m.forward_s},
+                        {"recompute_s", m.recompute_s},
+                        {"backward_s", m.backward_s},
+                        {"optimizer_s", m.optimizer_s},
+                        {"comm_s", m.comm_s},
+                        {"step_s", m.step_s},
+                        {"data_position", m.data_position}};
+    metrics_ << j.dump() << "\n";
+    metrics_.flush();  // a crashed run still leaves every finished step on disk
+    if (!metrics_) throw UserError("writing " + run_dir_ + "/metrics.jsonl failed at step " + std::to_string(m.step) + " (disk full?): free space, then resume from the last checkpoint");
+    const size_t n = measurement.ops.size();
+    std::vector<double> start(n), end(n), issued(n);
+    std::vector<int64_t> allocated(n), reserved(n), peak_allocated(n), peak_reserved(n);
+    for (size_t i = 0; i < n; ++i) {
+      const OpMeasurement& o = measurement.ops[i];
+      start[i] = o.start_s;
+      end[i] = o.end_s;
+      issued[i] = o.issued_s;
+      allocated[i] = o.allocated;
+      reserved[i] = o.reserved;
+      peak_allocated[i] = o.peak_allocated;
+      peak_reserved[i] = o.peak_reserved;
+    }
+    op_times_ << nlohmann::json{{"step", m.step},
+                                {"start_s", start},
+                                {"end_s", end},
+                                {"issued_s", issued},
+                                {"allocated", allocated},
+                                {"reserved", reserved},
+                                {"peak_allocated", peak_allocated},
+                                {"peak_reserved", peak_reserved},
+                                {"memory_source", measurement.memory_source}}
+                     .dump()
+              << "\n";
+    op_times_.flush();
+    if (!op_times_) throw UserError("writing " + run_dir_ + "/op_times.jsonl failed at step " + std::to_string(m.step) + " (disk full?): free space, then resume from the last checkpoint");
+  }
+  if (!progress_) return;
+  char line[256];
+  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s/%s  mfu %.1f%%  %.3fs",
+                static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.loss, m.lr, m.grad_norm,
+                m.tokens_per_s_per_gpu, per_device_.c_str(), 100.0 * m.mfu, m.step_s);
+  if (terminal_) {
+    std::cout << "\r\033[K" << line << std::flush;  // rewrite one line in place
+  } else {
+    std::cout << line << std::endl;  // flushed: progress is visible when logged to a file
+  }
+}
+
+void MetricsLog::Finish(const RunSummary& s) {
+  nlohmann::json j = {{"steps", s.steps},
+                      {"start_step", s.start_step},
+                      {"resumed_from", s.resumed_from},
+                      {"stopped_by", s.stopped_by},
+                      {"last_checkpoint", s.last_checkpoint},
+                      {"first_loss", s.first_loss},
+                      {"final_loss", s.final_loss},
+                      {"losses", s.losses},
+                      {"mean_tokens_per_s", s.mean_tokens_per_s},
+                      {"mean_tokens_per_s_per_gpu", s.mean_tokens_per_s_per_gpu},
+                      {"mean_mfu", s.mean_mfu},
+                      {"mean_hfu", s.mean_hfu},
+                      {"peak_allocated_bytes", s.peak_allocated_bytes},
+                      {"peak_reserved_bytes", s.peak_reserved_bytes},
+                      {"memory_source", s.memory_source},
+                      {"peak_pinned_host_bytes", s.peak_pinned_host_bytes},
+                      {"peak_host_rss_bytes", s.peak_host_rss_bytes},
+                      {"total_s", s.total_s},
+                      {"device", s.device},
+                      {"torch_version", s.torch_version},
+                      {"attention_backend", s.attention_backend}};
+  if (!run_dir_.empty()) WriteFileAtomically(run_dir_ + "/summary.json", j.dump(1) + "\n", "run summary");
+  if (!progress_) return;
+  if (terminal_) std::cout << "\n";
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "%s: %lld steps in %.1fs  loss %.4f -> %.4f  %.0f tok/s/%s  mfu %.1f%%  hfu %.1f%%  peak %.2f GiB "
+                "allocated / %.2f GiB reserved (%s)",
+                s.stopped_by.empty() ? "done" : ("stopped by " + s.stopped_by).c_str(), static_cast<long long>(s.steps), s.total_s, s.first_loss, s.final_loss, s.mean_tokens_per_s_per_gpu,
+                per_device_.c_str(),
+                100.0 * s.mean_mfu, 100.0 * s.mean_hfu, s.peak_allocated_bytes / 1073741824.0,
+                s.peak_reserved_bytes / 1073741824.0, s.memory_source.c_str());
+  std::cout << line << "\n";
+  if (s.peak_pinned_host_bytes > 0)
+    std::printf("host: %.2f GiB pinned for offloaded state and staging, %.2f GiB resident at peak\n",
+                s.peak_pinned_host_bytes / 1073741824.0, s.peak_host_rss_bytes / 1073741824.0);
+  if (!s.last_checkpoint.empty()) std::cout << "checkpoint: " << s.last_checkpoint << "\n";
+  if (!run_dir_.empty()) std::cout << "metrics: " << run_dir_ << "/metrics.jsonl" << std::endl;
+}
+
+}  // namespace llmplan::executor

@@ -1,0 +1,110 @@
+// Metrics: what a training run reports, step by step and at the end — the
+// measurement that `llmplan compare` holds against the prediction.
+//
+//   RUN_DIR/plan.json        the plan that ran
+//   RUN_DIR/program.json     its step program: per op id, name, kind, stream,
+//                            group, unit, micro-batch and deps
+//   RUN_DIR/metrics.jsonl    one JSON object per step: step (from 1), loss, lr,
+//                            grad_norm, update_skipped, tokens_per_s[_per_gpu], mfu, hfu,
+//                            memory peaks, seconds per phase (data, forward,
+//                            recompute, backward, optimizer, comm, step), data
+//                            position
+//   RUN_DIR/op_times.jsonl   one JSON object per step, arrays indexed by op id:
+//                            start_s and end_s (where the op ran, seconds since
+//                            the step's start), issued_s (host clock when it
+//                            was issued), allocated / reserved (bytes right
+//                            after it was issued), peak_allocated /
+//                            peak_reserved (while it was issued), and the
+//                            step's memory_source
+//   RUN_DIR/trace.json       the last step as a Chrome trace (Perfetto), with
+//                            the simulator's track names
+//   RUN_DIR/summary.json     the run's summary
+//
+// MFU follows PaLM (tokens/s x ModelSpec::ModelFlopsPerToken(seq) / peak);
+// HFU adds the recomputed forward of checkpointed blocks
+// (llmplan::HardwareFlopsPerToken). The peak is the plan's hardware profile's
+// bf16_peak_flops (0 when the profile could not be loaded: MFU and HFU are
+// then reported as 0).
+//
+// On a terminal the progress is one line rewritten in place; otherwise one
+// plain line per step, flushed.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "executor/step/step_recorder.h"
+#include "planner/plan.h"
+#include "planner/step_program.h"
+
+namespace llmplan::executor {
+
+struct StepMetrics {
+  int64_t step = 0;  // optimizer steps taken, this one included (from 1)
+  double loss = 0, lr = 0, grad_norm = 0;
+  bool update_skipped = false;      // a bad step whose AdamW update was skipped (--bad-step skip)
+  double tokens_per_s = 0;          // the whole job: all ranks' tokens per second
+  double tokens_per_s_per_gpu = 0;  // per rank; MFU and HFU are per GPU too
+  double mfu = 0, hfu = 0;
+  int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;
+  std::string memory_source;  // "cuda_caching_allocator", "cpu_tensor_bytes" or "process_peak_rss"
+  double data_s = 0, forward_s = 0, recompute_s = 0, backward_s = 0, optimizer_s = 0, comm_s = 0;
+  double step_s = 0;  // wall time of the whole step, data included
+  int64_t data_position = 0;  // global samples consumed after this step (where a resume continues)
+};
+
+struct RunSummary {
+  int64_t steps = 0;        // optimizer steps this invocation ran
+  int64_t start_step = 0;   // steps already taken when it started (a resumed run's checkpoint)
+  std::string resumed_from;  // that checkpoint's directory ("" when it started from step 0)
+  std::string stopped_by;    // "SIGINT" / "SIGTERM" when a signal ended it early, else ""
+  std::string last_checkpoint;  // the newest checkpoint this run saved ("" if none)
+  double first_loss = 0, final_loss = 0;
+  std::vector<double> losses;  // per step
+  double mean_tokens_per_s = 0;  // over steps after the first (warm-up excluded when possible); whole job
+  double mean_tokens_per_s_per_gpu = 0;
+  double mean_mfu = 0, mean_hfu = 0;
+  int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;
+  std::string memory_source;
+  int64_t peak_pinned_host_bytes = 0;  // offloaded state and staging pinned on the host (0 without offload)
+  int64_t peak_host_rss_bytes = 0;     // the process's resident host memory at its peak (pinned included)
+  double total_s = 0;
+  std::string device;  // "cpu", "cuda:0"
+  std::string torch_version;
+  std::string attention_backend;  // "math", "flash", "cudnn", ... or "unknown"
+};
+
+class MetricsLog {
+ public:
+  // Creates run_dir (when not empty) and opens its files, appending to them
+  // when `append` (a resumed run); with an empty run_dir nothing is written
+  // to disk. `progress`: print a line per step. `per_device`: what one rank
+  // is, in the progress lines ("GPU" or "rank").
+  // Throws UserError when run_dir cannot be created or written, and from
+  // LogStep/Finish as soon as a write fails (a full disk), so a run does not
+  // train on for hours with its record lost.
+  MetricsLog(const std::string& run_dir, int64_t total_steps, bool progress, std::string per_device,
+             bool append = false);
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+
+  // plan.json and program.json.
+  void WritePlanAndProgram(const Plan& plan, const StepProgram& program);
+  void LogStep(const StepMetrics& m, const StepMeasurement& measurement);
+  // The step's measured trace (trace.json), replacing the previous one.
+  void WriteTrace(const StepProgram& program, const StepMeasurement& measurement);
+  // Writes summary.json and prints the summary.
+  void Finish(const RunSummary& summary);
+
+ private:
+  std::string run_dir_;
+  int64_t total_steps_;
+  bool progress_;
+  bool terminal_;
+  std::string per_device_;
+  std::ofstream metrics_, op_times_;
+};
+
+}  // namespace llmplan::executor

@@ -1,0 +1,88 @@
+// Trainer: the training loop of `llmplan run`, reading top to bottom in one
+// place (trainer.cc's Train): build the model from the plan, its flat units,
+// the optimizer, the step program and its interpreter; then for each step take
+// grad_accum micro-batches, run the step (forward, backward, clip, AdamW) and
+// log metrics.
+//
+// Everything that decides what the run computes is explicit and plain data:
+// the seed (plan.seed: initial weights), the data position (the BatchSource's
+// sample count) and the optimizer state (AdamWState, with its step count), so
+// a checkpoint can capture and restore a run exactly.
+//
+// This header is free of LibTorch so the CLI compiles quickly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "executor/run/bad_step.h"
+#include "executor/run/metrics.h"
+#include "executor/run/run_directory.h"
+#include "planner/plan.h"
+
+namespace llmplan::executor {
+
+class BatchSource;
+
+struct TrainConfig {
+  Plan plan;
+  int64_t steps = 0;            // train until this many optimizer steps were taken (a resumed run counts its earlier ones)
+  std::string run_dir;          // metrics.jsonl, summary.json, ...; empty: write nothing
+  RunDirectoryMode run_dir_mode = RunDirectoryMode::kNew;  // an earlier run in run_dir: refuse, continue or replace
+  std::string device = "cuda";  // "cpu", "cuda" or "cuda:N"
+  bool progress = true;         // print a line per step and the summary
+  bool final_weights = true;    // write run_dir/final.safetensors at the end (an 8B model: 32 GB)
+
+  // Checkpoints (executor/checkpoint/): saved into ckpt_dir after every
+  // ckpt_every steps (0: only at the end and when stopped by SIGINT/SIGTERM),
+  // the newest ckpt_keep kept; ckpt_async writes them in the background.
+  std::string ckpt_dir;
+  int64_t ckpt_every = 0;
+  int ckpt_keep = 2;
+  bool ckpt_async = false;
+  // Continue from the newest complete checkpoint in ckpt_dir (none there:
+  // start at step 0), or from the checkpoint directory resume_from.
+  bool resume = false;
+  std::string resume_from;
+  // Start from pretrained weights: a Hugging Face directory (model.safetensors
+  // or a sharded index) whose tensors match the plan's model.
+  std::string init_from;
+  // A step whose loss or gradient norm is not finite or spikes
+  // (executor/run/bad_step.h): stop the run, or skip its update.
+  BadStepPolicy bad_step;
+};
+
+// Trains config.plan for config.steps optimizer steps on micro-batches from
+// `data` (this rank's). Returns the summary (also written to
+// run_dir/summary.json).
+//
+// Resume: the state of the checkpoint (masters, AdamW state, step, data
+// position) replaces the seed's initial one, whatever strategy and number of
+// ranks saved it; the run then continues to config.steps exactly as an
+// uninterrupted one would (bit for bit on the CPU with the same plan).
+// SIGINT/SIGTERM: the ranks agree at the next step boundary, save a
+// checkpoint when ckpt_dir is set, write the summary and return
+// (summary.stopped_by names the signal).
+//
+// Several processes: each is one rank of plan.gpus, placed by the torchrun or
+// Slurm environment (comm/distributed_env.h); they connect their shard,
+// replica and world groups (NCCL on CUDA, Gloo on the CPU), run a health
+// check, and train the plan's sharding. "cuda" / "cuda:0" then mean
+// cuda:LOCAL_RANK. Rank 0 alone writes the run directory: metrics.jsonl,
+// summary.json, and at the end final.safetensors — every parameter in fp32
+// under its Hugging Face name and shape (the master shards all-gathered).
+// REQUIRES: nothing. Throws UserError for an invalid plan, a plan this
+// executor cannot run (parameter offload), a world size other than
+// plan.gpus, no CUDA device when one is asked for, or a bad batch;
+// CollectiveError when the ranks cannot connect; std::runtime_error for a
+// bad step (a loss or gradient norm not finite or spiking) under
+// BadStepAction::kStop.
+RunSummary Train(const TrainConfig& config, BatchSource& data);
+
+// Train() on a token file read by the background batch loader (shuffled
+// windows seeded with plan.seed; rank r of W reads rows r*micro_batch.. of
+// every global micro-batch of W*micro_batch samples). Throws UserError for a missing or malformed
+// file or a token id >= vocab.
+RunSummary TrainOnTokenFile(const TrainConfig& config, const std::string& token_path);
+
+}  // namespace llmplan::executor

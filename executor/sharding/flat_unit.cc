@@ -1,0 +1,158 @@
+#include "executor/sharding/flat_unit.h"
+
+#include <algorithm>
+
+#include "executor/hardware/host_memory.h"
+#include "executor/torch_compat.h"
+
+namespace llmplan::executor {
+
+namespace {
+
+// A tensor of `shape` over `flat`'s storage at element `offset`: a new
+// TensorImpl (own version counter, no autograd link to `flat`), so in-place
+// writes to `flat` are invisible to autograd's saved-tensor checks. It shares
+// the storage object itself, so releasing and re-materialising the storage's
+// bytes is seen by every alias.
+at::Tensor AliasOf(const at::Tensor& flat, int64_t offset, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * shape[i + 1];
+  at::Tensor t = at::empty({0}, flat.options());
+  t.set_(flat.storage(), flat.storage_offset() + offset, shape, strides);
+  return t;
+}
+
+size_t Bytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+}  // namespace
+
+FlatUnit::FlatUnit(std::vector<ParamShape> shapes, const FlatUnitOptions& options, const at::Device& device)
+    : shapes_(std::move(shapes)),
+      group_size_(options.group_size),
+      rank_(options.rank),
+      compute_dtype_(options.compute_dtype),
+      device_(device),
+      master_on_host_(options.master_on_host),
+      compute_resident_(options.compute_resident) {
+  TORCH_CHECK(group_size_ >= 1 && rank_ >= 0 && rank_ < group_size_, "FlatUnit: bad rank ", rank_, " of ",
+              group_size_);
+  for (const auto& s : shapes_) numel_ += s.numel();
+  padded_numel_ = (numel_ + group_size_ - 1) / group_size_ * group_size_;
+  auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  master_ = master_on_host_ ? PinnedHostZeros(shard_numel(), at::kFloat)
+                            : at::zeros({shard_numel()}, fp32);
+  grad_ = at::zeros({shard_numel()}, fp32);
+  compute_ = at::zeros({padded_numel_}, fp32.dtype(compute_dtype_));
+  compute_grad_ = at::zeros({padded_numel_}, fp32.dtype(compute_dtype_));
+  if (group_size_ == 1 && compute_resident_) {
+    // The shard is the whole, resident unit: the optimizer's update (or the
+    // copy up from the host) writes the compute copy directly, no second pass.
+    compute_shard_ = compute_;
+  } else if (group_size_ > 1 || master_on_host_) {
+    compute_shard_ = at::zeros({shard_numel()}, fp32.dtype(compute_dtype_));
+  }
+  int64_t offset = 0;
+  for (const auto& s : shapes_) {
+    at::Tensor p = AliasOf(compute_, offset, s.shape);
+    p.requires_grad_(true);
+    // A defined .grad makes AccumulateGrad add in place (`grad += new`), so
+    // every parameter's gradient lands in compute_grad_ with no copy.
+    p.mutable_grad() = AliasOf(compute_grad_, offset, s.shape);
+    params_.push_back(p);
+    offset += s.numel();
+  }
+}
+
+FlatUnit::FlatUnit(std::vector<ParamShape> shapes, int64_t group_size, int64_t rank, const at::Device& device,
+                   at::ScalarType compute_dtype)
+    : FlatUnit(std::move(shapes), FlatUnitOptions{group_size, rank, compute_dtype, false}, device) {}
+
+std::vector<at::Tensor> FlatUnit::MasterViews() {
+  TORCH_CHECK(group_size_ == 1, "FlatUnit::MasterViews needs an unsharded unit");
+  std::vector<at::Tensor> views;
+  int64_t offset = 0;
+  for (const auto& s : shapes_) {
+    views.push_back(master_.narrow(0, offset, s.numel()).view(s.shape));
+    offset += s.numel();
+  }
+  return views;
+}
+
+int64_t FlatUnit::owned_begin() const { return std::min(shard_offset(), numel_); }
+
+int64_t FlatUnit::owned_numel() const { return std::min(shard_offset() + shard_numel(), numel_) - owned_begin(); }
+
+void FlatUnit::SetMasterFromFull(const at::Tensor& full) {
+  TORCH_CHECK(full.numel() == numel_, "FlatUnit::SetMasterFromFull: ", full.numel(), " values for ", numel_);
+  SetMasterOwned(full.reshape({-1}).narrow(0, owned_begin(), owned_numel()));
+}
+
+void FlatUnit::SetMasterOwned(const at::Tensor& owned) {
+  TORCH_CHECK(owned.numel() == owned_numel(), "FlatUnit::SetMasterOwned: ", owned.numel(), " values for ", owned_numel());
+  at::NoGradGuard no_grad;
+  // The real values, then zeros for the padding past numel.
+  master_.zero_();
+  if (owned.numel() > 0) master_.narrow(0, 0, owned.numel()).copy_(owned.reshape({-1}));
+  if (compute_shard_.defined()) compute_shard_.copy_(master_);
+}
+
+void FlatUnit::GatherLocal() {
+  TORCH_CHECK(group_size_ == 1, "FlatUnit::GatherLocal needs an unsharded unit");
+  at::NoGradGuard no_grad;
+  MaterializeCompute();
+  // With the master on the host the device copy of the shard is the source:
+  // no host->device traffic on the hot path (nothing at all when it is compute).
+  if (master_on_host_ && compute_shard_.is_same(compute_)) return;
+  compute_.copy_(master_on_host_ ? compute_shard_ : master_);
+}
+
+void FlatUnit::RefreshComputeShard() {
+  if (!compute_shard_.defined()) return;
+  TORCH_CHECK(!master_on_host_, "FlatUnit::RefreshComputeShard: the master is on the host");
+  at::NoGradGuard no_grad;
+  compute_shard_.copy_(master_);
+}
+
+void FlatUnit::ReduceGradientsLocal(bool release) {
+  TORCH_CHECK(group_size_ == 1, "FlatUnit::ReduceGradientsLocal needs an unsharded unit");
+  TORCH_CHECK(compute_grad_materialized(), "FlatUnit::ReduceGradientsLocal: compute_grad was released");
+  at::NoGradGuard no_grad;
+  grad_.add_(compute_grad_);  // promotes bf16 to fp32 inside the kernel
+  if (release) {
+    ReleaseComputeGrad();  // the caching allocator reuses the block once the add above has run
+  } else {
+    compute_grad_.zero_();
+  }
+}
+
+void FlatUnit::ZeroGradients() {
+  at::NoGradGuard no_grad;
+  grad_.zero_();
+  if (compute_grad_materialized()) compute_grad_.zero_();
+}
+
+bool FlatUnit::compute_materialized() const { return compat::StorageMaterialized(compute_); }
+bool FlatUnit::compute_grad_materialized() const { return compat::StorageMaterialized(compute_grad_); }
+
+void FlatUnit::ReleaseCompute() {
+  TORCH_CHECK(!compute_resident_, "FlatUnit::ReleaseCompute: the unit's compute copy is resident");
+  compat::ReleaseStorage(compute_);
+}
+
+void FlatUnit::MaterializeCompute() {
+  if (compute_materialized()) return;
+  compat::MaterializeStorage(compute_, Bytes(compute_));
+  // Padding past numel must read as zero in what a gather leaves behind; the
+  // gather writes every element, so nothing to clear here.
+}
+
+void FlatUnit::ReleaseComputeGrad() { compat::ReleaseStorage(compute_grad_); }
+
+void FlatUnit::MaterializeComputeGrad() {
+  if (compute_grad_materialized()) return;
+  compat::MaterializeStorage(compute_grad_, Bytes(compute_grad_));
+  at::NoGradGuard no_grad;
+  compute_grad_.zero_();  // autograd accumulates into it
+}
+
+}  // namespace llmplan::executor

@@ -1,0 +1,542 @@
+#include "executor/step/step_interpreter.h"
+
+#include <cmath>
+#include <functional>
+#include <optional>
+
+#include "executor/comm/collective_watchdog.h"
+#include "executor/comm/communicator.h"
+#include "executor/hardware/host_memory.h"
+#include "executor/model/chunked_cross_entropy.h"
+#include "executor/step/out_of_memory.h"
+#include "executor/sharding/shard_model.h"
+#include "executor/torch_compat.h"
+#include "base/user_error.h"
+
+#ifdef LLMPLAN_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace llmplan::executor {
+
+// ---------------------------------------------------------------------------
+// Collectives in flight and copy streams
+
+struct StepInterpreter::Pending {
+  Communicator* group = nullptr;  // its stream: collectives of one communicator run in issue order
+  std::shared_ptr<CollectiveWork> work;
+  std::vector<at::Tensor> keep_alive;  // temporaries it reads or writes
+};
+
+// Offload copies on their own streams (CUDA): a copy waits for the compute
+// stream's work so far with an event (the host never blocks to order it), and
+// records its own completion event; the CPU optimizer blocks the host only on
+// the one copy it needs. On the CPU copies are synchronous memcpys.
+class StepInterpreter::CopyStreams {
+ public:
+  explicit CopyStreams(const at::Device& d) : device_(d) {
+#ifdef LLMPLAN_WITH_CUDA
+    if (device_.is_cuda()) {
+      to_host_.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
+      to_device_.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
+    }
+#endif
+  }
+  // Runs `copy` as op `op` on the stream for `kind`, after the current
+  // stream's queued work, measured on that stream.
+  void Run(StreamKind kind, int op, StepRecorder& recorder, const std::function<void()>& copy) {
+#ifdef LLMPLAN_WITH_CUDA
+    if (device_.is_cuda()) {
+      c10::cuda::CUDAStream stream = kind == StreamKind::kDeviceToHost ? *to_host_ : *to_device_;
+      at::cuda::CUDAEvent ready;
+      ready.record(at::cuda::getCurrentCUDAStream(device_.index()));
+      ready.block(stream);
+      {
+        c10::cuda::CUDAStreamGuard guard(stream);
+        recorder.Start(op, StepRecorder::Where::kCurrentStream);
+        copy();
+        recorder.Stop(op, StepRecorder::Where::kCurrentStream);
+      }
+      auto done = std::make_unique<at::cuda::CUDAEvent>();
+      done->record(stream);
+      events_[op] = std::move(done);
+      return;
+    }
+#endif
+    (void)kind;
+    recorder.Start(op, StepRecorder::Where::kHost);
+    copy();
+    recorder.Stop(op, StepRecorder::Where::kHost);
+  }
+  bool IsCopy(int op) const {
+#ifdef LLMPLAN_WITH_CUDA
+    return events_.count(op) > 0;
+#else
+    (void)op;
+    return false;
+#endif
+  }
+  // The host waits for copy `op` (the CPU optimizer reads its result).
+  void HostWait(int op) {
+#ifdef LLMPLAN_WITH_CUDA
+    auto it = events_.find(op);
+    if (it != events_.end()) it->second->synchronize();
+#else
+    (void)op;
+#endif
+  }
+  // The current stream waits for copy `op` (no host block).
+  void DeviceWait(int op) {
+#ifdef LLMPLAN_WITH_CUDA
+    auto it = events_.find(op);
+    if (it != events_.end()) it->second->block(at::cuda::getCurrentCUDAStream(device_.index()));
+#else
+    (void)op;
+#endif
+  }
+  // The current stream waits for every copy of the step (the next step's
+  // gathers read the compute shards copied up).
+  void DeviceWaitAll() {
+#ifdef LLMPLAN_WITH_CUDA
+    for (auto& [id, event] : events_) event->block(at::cuda::getCurrentCUDAStream(device_.index()));
+    events_.clear();
+#endif
+  }
+
+ private:
+  at::Device device_;
+#ifdef LLMPLAN_WITH_CUDA
+  std::optional<c10::cuda::CUDAStream> to_host_, to_device_;
+  std::map<int, std::unique_ptr<at::cuda::CUDAEvent>> events_;
+#endif
+};
+
+// ---------------------------------------------------------------------------
+// Set-up
+
+StepInterpreter::StepInterpreter(const Plan& plan, const LlamaModel& model, std::vector<FlatUnit>& units,
+                                 AdamW& optimizer, StepProgram program, const at::Device& device, StepComms comms)
+    : plan_(plan),
+      model_(model),
+      units_(units),
+      optimizer_(optimizer),
+      program_(std::move(program)),
+      device_(device),
+      comms_(comms),
+      offload_(OffloadsOptimizer(plan.offload)),
+      recorder_(device, std::max<int>(1, static_cast<int>(program_.ops.size()))),
+      copies_(std::make_unique<CopyStreams>(device)) {
+  if (OffloadsParams(plan.offload))
+    throw UserError("plan offloads '" + OffloadName(plan.offload) +
+                    "': the executor offloads the optimizer only; make the plan with llmplan estimate --offload "
+                    "optimizer (or none)");
+  const int S = plan.shard_group_size, R = plan.ReplicaGroups();
+  auto group_ok = [](Communicator* c, int size) { return size == 1 ? (c == nullptr || c->size() == 1) : (c && c->size() == size); };
+  if (!group_ok(comms_.shard, S) || !group_ok(comms_.shard_reduce, S) || !group_ok(comms_.replica, R))
+    throw UserError("plan for " + std::to_string(plan.gpus) + " GPUs (shard groups of " + std::to_string(S) + ", " +
+                    std::to_string(R) + " replica groups) but this process was given " +
+                    (comms_.shard ? std::to_string(comms_.shard->size()) : std::string("no")) + " x " +
+                    (comms_.replica ? std::to_string(comms_.replica->size()) : std::string("no")) +
+                    " ranks: start one process per GPU (llmplan run launches them; torchrun and srun work too)");
+  if (static_cast<int>(units.size()) != model.num_units() ||
+      static_cast<int>(program_.units.size()) != model.num_units())
+    throw UserError("step program has " + std::to_string(program_.units.size()) + " units, the model " +
+                    std::to_string(model.num_units()));
+  for (int u = 0; u < model.num_units(); ++u) {
+    TORCH_CHECK(units[u].group_size() == S && units[u].padded_numel() == program_.units[u].padded_params,
+                "unit ", u, " was not made for this plan's shard group of ", S);
+    TORCH_CHECK(units[u].master_on_host() == offload_, "unit ", u, " master placement does not match the plan's offload");
+  }
+  for (const auto& op : program_.ops) {
+    if (op.kind == OpKind::kRecompute) recomputed_.insert({op.unit, op.micro_batch});
+    TORCH_CHECK(op.group != CommGroup::kWorld || plan.gpus == 1 || comms_.world != nullptr,
+                "op \"", op.name, "\" needs the world communicator");
+  }
+  if (offload_) {
+    for (auto& unit : units_) {
+      host_grads_.push_back(PinnedHostZeros(unit.shard_numel(), at::kFloat));
+      host_compute_.push_back(PinnedHostZeros(unit.shard_numel(), unit.compute_dtype()));
+    }
+  }
+  rope_ = model.MakeRopeTable(plan.seq_len, device, ComputeDtype(plan));
+}
+
+StepInterpreter::~StepInterpreter() {
+  // Collectives still in flight (an exception unwound Run) must finish
+  // before the buffers they write are freed.
+  for (auto& [id, p] : pending_) {
+    try {
+      p->work->Wait();
+    } catch (...) {
+    }
+  }
+}
+
+Communicator* StepInterpreter::GroupFor(const StepOp& op) const {
+  switch (op.group) {
+    case CommGroup::kShard: return op.stream == StreamKind::kGather ? comms_.shard : comms_.shard_reduce;
+    case CommGroup::kReplica: return comms_.replica;
+    case CommGroup::kWorld: return comms_.world;
+    case CommGroup::kNone: return nullptr;
+  }
+  return nullptr;
+}
+
+void StepInterpreter::Track(const StepOp& op, std::shared_ptr<CollectiveWork> work, Communicator* group,
+                            std::vector<at::Tensor> keep_alive) {
+  if (comms_.watchdog != nullptr) comms_.watchdog->Watch(work, op.name, group->name());
+  recorder_.Collective(op.id, work);
+  auto p = std::make_unique<Pending>();
+  p->group = group;
+  p->work = std::move(work);
+  p->keep_alive = std::move(keep_alive);
+  pending_[op.id] = std::move(p);
+}
+
+void StepInterpreter::FinishThrough(int op_id) {
+  auto it = pending_.find(op_id);
+  if (it == pending_.end()) return;
+  Communicator* group = it->second->group;
+  // In issue order (map order = op id order): the communicator's stream ran
+  // them in that order, so waiting on the last one covers the earlier ones.
+  for (auto p = pending_.begin(); p != pending_.end() && p->first <= op_id;) {
+    if (p->second->group != group) {
+      ++p;
+      continue;
+    }
+    p->second->work->Wait();
+    p = pending_.erase(p);
+  }
+}
+
+void StepInterpreter::WaitForDeps(const StepOp& op) {
+  const bool host_work = op.stream == StreamKind::kCpu;
+  for (int dep : op.deps) {
+    if (pending_.count(dep) > 0) FinishThrough(dep);
+    else if (host_work) copies_->HostWait(dep);
+    else if (copies_->IsCopy(dep)) copies_->DeviceWait(dep);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The step
+
+StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
+  if (static_cast<int64_t>(micro_batches.size()) != plan_.grad_accum)
+    throw UserError("step needs " + std::to_string(plan_.grad_accum) + " micro-batches, got " +
+                    std::to_string(micro_batches.size()));
+  const int64_t vocab = model_.spec().vocab;
+  inputs_.clear();
+  targets_.clear();
+  for (const auto& tokens : micro_batches) {
+    if (tokens.dim() != 2 || tokens.size(0) != plan_.micro_batch || tokens.size(1) != plan_.seq_len + 1 ||
+        tokens.scalar_type() != at::kLong)
+      throw UserError("micro-batch must be int64 [" + std::to_string(plan_.micro_batch) + ", " +
+                      std::to_string(plan_.seq_len + 1) + "], got " + tokens.toString() + " " +
+                      c10::str(tokens.sizes()));
+    if (tokens.device().is_cpu()) {
+      // A few thousand ints: negligible next to the step. On the GPU an
+      // out-of-range embedding index is a device assert that kills the run.
+      const int64_t lo = tokens.min().item<int64_t>(), hi = tokens.max().item<int64_t>();
+      if (lo < 0 || hi >= vocab)
+        throw UserError("token id " + std::to_string(lo < 0 ? lo : hi) + " is outside the model's vocabulary [0, " +
+                        std::to_string(vocab) + ")");
+    }
+    at::Tensor on_device = tokens.to(device_, /*non_blocking=*/true);
+    inputs_.push_back(on_device.narrow(1, 0, plan_.seq_len));
+    targets_.push_back(on_device.narrow(1, 1, plan_.seq_len).reshape({-1}));
+  }
+  TORCH_CHECK(pending_.empty(), "a previous step left collectives in flight");
+  for (auto& u : units_) u.ZeroGradients();
+  activations_.clear();
+  grad_flowing_.clear();
+  reduce_input_.clear();
+  reduced_shard_.clear();
+  loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  norm_sq_ = at::Tensor();
+  grad_norm_ = 0;
+  skip_update_ = false;
+  executed_.clear();
+
+  StepResult result;
+  result.lr = optimizer_.CurrentLearningRate();
+  recorder_.BeginStep();
+  // The whole step: every op of the program, in its order (step_program.h).
+  const int rank = comms_.world != nullptr ? comms_.world->rank() : 0;
+  for (const StepOp& op : program_.ops) {
+    recorder_.BeforeIssue(op.id);
+    WaitForDeps(op);
+    try {
+      MaybeInjectOutOfMemory(rank, op.id, device_);
+      Perform(op);
+    } catch (const c10::Error& e) {
+      if (!compat::IsOutOfMemory(e)) throw;
+      const compat::MemoryStats stats = compat::ReadMemoryStats(device_, ProcessPeakRssBytes());
+      throw OutOfMemoryError(plan_, program_, op, rank, device_, MemoryAtFailure{stats.allocated, stats.reserved});
+    }
+    recorder_.AfterIssue(op.id);
+    executed_.push_back(op.id);
+  }
+  // Nothing is left in flight but what no op waited for (the step's loss).
+  while (!pending_.empty()) FinishThrough(pending_.rbegin()->first);
+  copies_->DeviceWaitAll();
+  optimizer_.FinishStep();
+  result.measurement = recorder_.Finish();  // waits for the device
+  const double ranks = comms_.world != nullptr ? comms_.world->size() : 1;
+  result.loss = loss_sum_.item<double>() / ranks / static_cast<double>(plan_.grad_accum);
+  result.grad_norm = grad_norm_;
+  result.update_skipped = skip_update_;
+  result.executed = executed_;
+  for (const StepOp& op : program_.ops) {
+    const OpMeasurement& m = result.measurement.ops[op.id];
+    const double s = m.end_s - m.start_s;
+    switch (op.kind) {
+      case OpKind::kForward: result.forward_s += s; break;
+      case OpKind::kRecompute: result.recompute_s += s; break;
+      case OpKind::kBackward:
+      case OpKind::kAccumulateShard:
+      case OpKind::kLocalReduce: result.backward_s += s; break;
+      case OpKind::kGradNorm:
+      case OpKind::kClipGradients:
+      case OpKind::kOptimizerStep:
+      case OpKind::kCpuOptimizerStep: result.optimizer_s += s; break;
+      default: result.comm_s += s; break;
+    }
+  }
+  activations_.clear();
+  inputs_.clear();
+  targets_.clear();
+  return result;
+}
+
+void StepInterpreter::Perform(const StepOp& op) {
+  using Where = StepRecorder::Where;
+  // Compute-stream work, measured on the compute stream.
+  auto on_compute = [&](const std::function<void()>& work) {
+    recorder_.Start(op.id, Where::kCurrentStream);
+    work();
+    recorder_.Stop(op.id, Where::kCurrentStream);
+  };
+  switch (op.kind) {
+    case OpKind::kAllGather: Gather(op); break;
+    case OpKind::kForward: on_compute([&] { Forward(op.unit, op.micro_batch); }); break;
+    case OpKind::kRecompute: on_compute([&] { Recompute(op.unit, op.micro_batch); }); break;
+    case OpKind::kBackward: on_compute([&] { Backward(op.unit, op.micro_batch); }); break;
+    case OpKind::kRelease: on_compute([&] { units_.at(op.unit).ReleaseCompute(); }); break;
+    case OpKind::kReduceScatter: ReduceScatter(op); break;
+    case OpKind::kAccumulateShard: on_compute([&] { AccumulateShard(op); }); break;
+    case OpKind::kLocalReduce: on_compute([&] { LocalReduce(op); }); break;
+    case OpKind::kAllReduce: AllReduceUnit(op); break;
+    case OpKind::kGradNorm: on_compute([&] { GradNorm(op); }); break;
+    case OpKind::kAllReduceGradNorm: AllReduceGradNorm(op); break;
+    case OpKind::kClipGradients: on_compute([&] { ClipGradients(op); }); break;
+    case OpKind::kAllReduceLoss: AllReduceLoss(op); break;
+    case OpKind::kOptimizerStep: on_compute([&] { OptimizerStep(op); }); break;
+    case OpKind::kCopyToHost: CopyGradsToHost(op); break;
+    case OpKind::kCpuOptimizerStep:
+      recorder_.Start(op.id, Where::kHost);
+      CpuOptimizerStep(op);
+      recorder_.Stop(op.id, Where::kHost);
+      break;
+    case OpKind::kCopyToDevice: CopyParamsToDevice(op); break;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Compute
+
+void StepInterpreter::Forward(int unit, int mb) {
+  TORCH_CHECK(mb >= 0 && mb < static_cast<int>(inputs_.size()), "forward of micro-batch ", mb, " out of range");
+  const auto& params = units_.at(unit).params();
+  Activation a;
+  switch (model_.unit_kind(unit)) {
+    case UnitKind::kEmbedding: a.output = model_.EmbeddingForward(params, inputs_[mb]); break;
+    case UnitKind::kBlock: {
+      // A fresh leaf: this unit's graph stops here, and its .grad after
+      // backward is exactly the gradient to hand to the unit below.
+      a.input = activations_.at({unit - 1, mb}).output.detach().requires_grad_(true);
+      const int layer = unit - 1;
+      if (recomputed_.count({unit, mb}) > 0) {
+        at::NoGradGuard no_grad;  // keep only the input; activations die here
+        a.output = model_.BlockForward(layer, params, a.input, rope_);
+      } else {
+        a.output = model_.BlockForward(layer, params, a.input, rope_);
+      }
+      break;
+    }
+    case UnitKind::kHead: {
+      a.input = activations_.at({unit - 1, mb}).output.detach().requires_grad_(true);
+      at::Tensor normed = model_.FinalNorm(params, a.input);
+      at::Tensor weight = model_.OutputWeight(params, units_.at(model_.embedding_unit()).params());
+      a.output = ChunkedCrossEntropy(normed.reshape({-1, normed.size(-1)}), weight, targets_[mb],
+                                     plan_.loss_chunk_tokens);
+      loss_sum_ += a.output.detach();
+      break;
+    }
+  }
+  activations_[{unit, mb}] = std::move(a);
+}
+
+void StepInterpreter::Recompute(int unit, int mb) {
+  Activation& a = activations_.at({unit, mb});
+  a.output = model_.BlockForward(unit - 1, units_.at(unit).params(), a.input, rope_);
+}
+
+void StepInterpreter::Backward(int unit, int mb) {
+  Activation& a = activations_.at({unit, mb});
+  const UnitKind kind = model_.unit_kind(unit);
+  // Unsharded gradient buffers exist from the backward that first writes
+  // them to their reduction (the tied embedding's from the head's).
+  units_.at(unit).MaterializeComputeGrad();
+  if (kind == UnitKind::kHead && model_.spec().tied_embeddings)
+    units_.at(model_.embedding_unit()).MaterializeComputeGrad();
+  if (kind == UnitKind::kHead) {
+    at::Tensor seed = at::full({}, 1.0 / static_cast<double>(plan_.grad_accum), a.output.options());
+    torch::autograd::backward({a.output}, {seed});
+  } else {
+    TORCH_CHECK(kind != UnitKind::kBlock || a.output.requires_grad(), "backward of unit ", unit, " micro-batch ", mb,
+                ": its forward kept no graph and the program has no recompute op for it");
+    at::Tensor grad = grad_flowing_.at(mb);
+    torch::autograd::backward({a.output}, {grad});
+  }
+  if (a.input.defined()) grad_flowing_[mb] = a.input.grad();
+  else grad_flowing_.erase(mb);
+  activations_.erase({unit, mb});  // frees this unit's graph and saved tensors
+  if (!Sharded(unit)) return;  // reduced by the program's reduce-local op
+  // Sharded: the gradient in the reduce dtype is the reduce-scatter's private
+  // input; the compute-dtype buffer goes back to the allocator at once (the
+  // next backward of this unit gets fresh, zeroed bytes). A tied
+  // embedding's buffer also holds the head's contribution by now; it is
+  // reduced with the embedding, whose backward comes last.
+  at::NoGradGuard no_grad;
+  FlatUnit& u = units_.at(unit);
+  const at::ScalarType reduce = plan_.reduce_dtype == DType::kBF16 ? at::kBFloat16 : at::kFloat;
+  reduce_input_[unit] = u.compute_grad().to(reduce, /*non_blocking=*/false, /*copy=*/true);
+  u.ReleaseComputeGrad();
+}
+
+void StepInterpreter::AccumulateShard(const StepOp& op) {
+  // The op's dep is its reduce-scatter: the stream already waits for it.
+  int rs = -1;
+  for (int d : op.deps)
+    if (program_.ops[d].kind == OpKind::kReduceScatter && program_.ops[d].unit == op.unit) rs = d;
+  auto shard = reduced_shard_.find(rs);
+  TORCH_CHECK(shard != reduced_shard_.end(), "accumulate of unit ", op.unit, " without its reduce-scatter");
+  at::NoGradGuard no_grad;
+  at::Tensor& grad = units_.at(op.unit).grad();
+  grad.add_(shard->second, 1.0 / static_cast<double>(units_.at(op.unit).group_size()));
+  if (op.gradient_scale != 1.0) grad.mul_(op.gradient_scale);
+  reduced_shard_.erase(shard);  // the stream-ordered allocator reuses it after the add
+}
+
+void StepInterpreter::LocalReduce(const StepOp& op) {
+  FlatUnit& unit = units_.at(op.unit);
+  unit.ReduceGradientsLocal(/*release=*/true);
+  if (op.gradient_scale != 1.0) {
+    at::NoGradGuard no_grad;
+    unit.grad().mul_(op.gradient_scale);
+  }
+}
+
+void StepInterpreter::GradNorm(const StepOp& op) {
+  (void)op;
+  std::vector<at::Tensor> grads;
+  for (auto& u : units_) grads.push_back(u.grad());
+  norm_sq_ = AdamW::SumOfSquares(grads).reshape({1}).contiguous();
+}
+
+void StepInterpreter::ClipGradients(const StepOp& op) {
+  (void)op;
+  TORCH_CHECK(norm_sq_.defined(), "clip gradients before the grad norm op");
+  grad_norm_ = std::sqrt(norm_sq_.sum().item<double>());  // the host waits for the device here
+  skip_update_ = update_gate_ && !update_gate_(grad_norm_);
+  if (skip_update_) return;
+  std::vector<at::Tensor> grads;
+  for (auto& u : units_) grads.push_back(u.grad());
+  optimizer_.ClipToNorm(grads, grad_norm_);
+}
+
+void StepInterpreter::OptimizerStep(const StepOp& op) {
+  if (skip_update_) return;
+  FlatUnit& unit = units_.at(op.unit);
+  // compute_shard is what the next gathers send (or, resident, the compute
+  // copy itself); undefined on one GPU with gathers, whose "gather" casts.
+  optimizer_.Update(op.unit, unit.master(), unit.grad(), unit.compute_shard());
+}
+
+// ---------------------------------------------------------------------------
+// Collectives
+
+void StepInterpreter::Gather(const StepOp& op) {
+  FlatUnit& unit = units_.at(op.unit);
+  if (!Sharded(op.unit)) {
+    // One rank holds it all: the gather is the cast master -> compute.
+    recorder_.Start(op.id, StepRecorder::Where::kCurrentStream);
+    unit.GatherLocal();
+    recorder_.Stop(op.id, StepRecorder::Where::kCurrentStream);
+    return;
+  }
+  unit.MaterializeCompute();
+  Communicator* group = GroupFor(op);
+  Track(op, group->AllGather(unit.compute_shard(), unit.compute(), op.name), group);
+}
+
+void StepInterpreter::ReduceScatter(const StepOp& op) {
+  FlatUnit& unit = units_.at(op.unit);
+  auto input = reduce_input_.find(op.unit);
+  TORCH_CHECK(input != reduce_input_.end(), "reduce-scatter of unit ", op.unit, " before its backward");
+  at::Tensor full = std::move(input->second);
+  reduce_input_.erase(input);
+  at::Tensor shard = at::empty({unit.shard_numel()}, full.options());
+  reduced_shard_[op.id] = shard;
+  Communicator* group = GroupFor(op);
+  // `full` lives until the collective is waited for (the allocator also
+  // knows it is in use on the communicator's stream).
+  Track(op, group->ReduceScatter(full, shard, op.name), group, {full});
+}
+
+void StepInterpreter::AllReduceUnit(const StepOp& op) {
+  Communicator* group = GroupFor(op);
+  TORCH_CHECK(group != nullptr && group->size() > 1, "op \"", op.name, "\" needs a replica group of several ranks");
+  at::Tensor grad = units_.at(op.unit).grad();
+  Track(op, group->AllReduce(grad, op.name), group);
+}
+
+void StepInterpreter::AllReduceGradNorm(const StepOp& op) {
+  Communicator* group = GroupFor(op);
+  TORCH_CHECK(group != nullptr, "op \"", op.name, "\" needs the shard group");
+  Track(op, group->AllReduce(norm_sq_, op.name), group);
+}
+
+void StepInterpreter::AllReduceLoss(const StepOp& op) {
+  Communicator* group = GroupFor(op);
+  TORCH_CHECK(group != nullptr, "op \"", op.name, "\" needs the world group");
+  loss_sum_ = loss_sum_.reshape({1}).contiguous();
+  Track(op, group->AllReduce(loss_sum_, op.name), group);
+}
+
+// ---------------------------------------------------------------------------
+// Offloaded optimizer
+
+void StepInterpreter::CopyGradsToHost(const StepOp& op) {
+  TORCH_CHECK(offload_, "copy to host in a program without offload");
+  at::Tensor src = units_.at(op.unit).grad();
+  at::Tensor dst = host_grads_.at(op.unit);
+  copies_->Run(op.stream, op.id, recorder_, [&] { dst.copy_(src, /*non_blocking=*/true); });
+}
+
+void StepInterpreter::CpuOptimizerStep(const StepOp& op) {
+  TORCH_CHECK(offload_, "CPU optimizer step in a program without offload");
+  if (skip_update_) return;
+  FlatUnit& unit = units_.at(op.unit);
+  optimizer_.Update(op.unit, unit.master(), host_grads_.at(op.unit), host_compute_.at(op.unit));
+}
+
+void StepInterpreter::CopyParamsToDevice(const StepOp& op) {
+  TORCH_CHECK(offload_, "copy to device in a program without offload");
+  at::Tensor src = host_compute_.at(op.unit);
+  at::Tensor dst = units_.at(op.unit).compute_shard();  // the resident compute copy itself under no_shard
+  copies_->Run(op.stream, op.id, recorder_, [&] { dst.copy_(src, /*non_blocking=*/true); });
+}
+
+}  // namespace llmplan::executor
