@@ -2,11 +2,33 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <queue>
 
 #include "data/unicode.h"
 
 namespace llmplan::data {
+
+namespace {
+
+// Spreads a (left, right) id pair over the table (a 64-bit finalizer).
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return x;
+}
+
+}  // namespace
+
+const BpeModel::Merge* BpeModel::FindMerge(uint32_t left, uint32_t right) const {
+  const uint64_t key = (uint64_t{left} << 32) | right;
+  for (size_t i = Mix(key) & merge_mask_;; i = (i + 1) & merge_mask_) {
+    const MergeSlot& slot = merge_table_[i];
+    if (slot.key == key) return &slot.merge;
+    if (slot.key == kEmptyKey) return nullptr;
+  }
+}
 
 void BpeModel::AddToken(const std::string& bytes, uint32_t id) { vocab_[bytes] = id; }
 
@@ -19,6 +41,17 @@ void BpeModel::Finish() {
   for (const auto& [bytes, id] : vocab_) max_id = std::max(max_id, id);
   id_to_bytes_.assign(vocab_.empty() ? 0 : max_id + 1, nullptr);
   for (const auto& [bytes, id] : vocab_) id_to_bytes_[id] = &bytes;
+  size_t slots = 16;
+  while (slots < 2 * merges_.size()) slots *= 2;
+  merge_table_.assign(slots, MergeSlot{});
+  merge_mask_ = slots - 1;
+  for (const auto& [key, merge] : merges_) {
+    size_t i = Mix(key) & merge_mask_;
+    while (merge_table_[i].key != kEmptyKey) i = (i + 1) & merge_mask_;
+    merge_table_[i] = {key, merge};
+  }
+  merge_count_ = merges_.size();
+  merges_ = {};
   for (int b = 0; b < 256; ++b) {
     std::string key;
     if (options_.byte_level) {
@@ -43,34 +76,55 @@ const std::string* BpeModel::TokenBytes(uint32_t id) const {
   return id < id_to_bytes_.size() ? id_to_bytes_[id] : nullptr;
 }
 
+namespace {
+
+// A per-thread cache of recent words: a direct-mapped table of cache-line
+// entries, so that a hit costs one memory access (a node-based hash map costs
+// three, and most words of a corpus are hits). A word of up to 22 bytes with
+// up to 8 ids fits an entry; a colliding word replaces the one there.
+struct alignas(64) CacheEntry {
+  uint64_t hash;
+  uint8_t key_len;  // 0: empty
+  uint8_t id_count;
+  char key[22];
+  uint32_t ids[8];
+};
+static_assert(sizeof(CacheEntry) == 64);
+
+struct WordCache {
+  static constexpr size_t kEntries = size_t{1} << 16;  // 4 MiB per thread
+  const void* owner = nullptr;
+  std::vector<CacheEntry> entries;
+};
+
+}  // namespace
+
 void BpeModel::EncodeWord(std::string_view word, std::vector<uint32_t>* ids) const {
   if (word.empty()) return;
-  // Most words of a corpus repeat: remember the recent ones, per thread (no
-  // locks), for this model only.
-  struct Cache {
-    const BpeModel* owner = nullptr;
-    std::unordered_map<std::string, std::vector<uint32_t>, StringHash, std::equal_to<>> words;
-  };
-  thread_local Cache cache;
-  constexpr size_t kMaxCachedWordBytes = 64;
-  constexpr size_t kMaxCachedWords = 1 << 18;
-  if (word.size() > kMaxCachedWordBytes) {
+  thread_local WordCache cache;
+  if (word.size() > sizeof(CacheEntry::key)) {
     EncodeUncached(word, ids);
     return;
   }
-  if (cache.owner != this) {
-    cache.words.clear();
+  if (cache.owner != this) {  // a cache holds one model's words
+    cache.entries.assign(WordCache::kEntries, CacheEntry{});
     cache.owner = this;
   }
-  const auto it = cache.words.find(word);
-  if (it != cache.words.end()) {
-    ids->insert(ids->end(), it->second.begin(), it->second.end());
+  const uint64_t hash = std::hash<std::string_view>{}(word);
+  CacheEntry& e = cache.entries[hash & (WordCache::kEntries - 1)];
+  if (e.hash == hash && e.key_len == word.size() && std::memcmp(e.key, word.data(), word.size()) == 0) {
+    ids->insert(ids->end(), e.ids, e.ids + e.id_count);
     return;
   }
   const size_t first = ids->size();
   EncodeUncached(word, ids);
-  if (cache.words.size() >= kMaxCachedWords) cache.words.clear();
-  cache.words.emplace(std::string(word), std::vector<uint32_t>(ids->begin() + static_cast<ptrdiff_t>(first), ids->end()));
+  const size_t n = ids->size() - first;
+  if (n > 8) return;
+  e.hash = hash;
+  e.key_len = static_cast<uint8_t>(word.size());
+  e.id_count = static_cast<uint8_t>(n);
+  std::memcpy(e.key, word.data(), word.size());
+  std::copy(ids->begin() + static_cast<std::ptrdiff_t>(first), ids->end(), e.ids);
 }
 
 void BpeModel::EncodeUncached(std::string_view word, std::vector<uint32_t>* ids) const {
@@ -138,9 +192,8 @@ void BpeModel::EncodeUncached(std::string_view word, std::vector<uint32_t>* ids)
     if (left < 0) return;
     const int right = symbols[static_cast<size_t>(left)].next;
     if (right < 0) return;
-    const auto it = merges_.find((uint64_t{symbols[static_cast<size_t>(left)].id} << 32) |
-                                 symbols[static_cast<size_t>(right)].id);
-    if (it != merges_.end()) queue.push({it->second.rank, left, it->second.merged});
+    const Merge* m = FindMerge(symbols[static_cast<size_t>(left)].id, symbols[static_cast<size_t>(right)].id);
+    if (m != nullptr) queue.push({m->rank, left, m->merged});
   };
   for (int i = 0; i + 1 < static_cast<int>(symbols.size()); ++i) consider(i);
   while (!queue.empty()) {
@@ -150,8 +203,8 @@ void BpeModel::EncodeUncached(std::string_view word, std::vector<uint32_t>* ids)
     if (!left.alive || left.next < 0) continue;
     Symbol& right = symbols[static_cast<size_t>(left.next)];
     // Stale when either side has changed since the pair was queued.
-    const auto it = merges_.find((uint64_t{left.id} << 32) | right.id);
-    if (it == merges_.end() || it->second.merged != top.merged) continue;
+    const Merge* m = FindMerge(left.id, right.id);
+    if (m == nullptr || m->merged != top.merged) continue;
     left.id = top.merged;
     right.alive = false;
     left.next = right.next;

@@ -54,7 +54,7 @@ class BpeModel {
   // The bytes of token `id`, or nullptr when no token has that id.
   const std::string* TokenBytes(uint32_t id) const;
   const StringMap& vocab() const { return vocab_; }
-  size_t merge_count() const { return merges_.size(); }
+  size_t merge_count() const { return merge_count_; }
   const BpeOptions& options() const { return options_; }
 
  private:
@@ -64,10 +64,23 @@ class BpeModel {
   };
   void EncodeUncached(std::string_view word, std::vector<uint32_t>* ids) const;
 
+  // Open addressing over (left << 32 | right) keys, linear probing, at most
+  // half full: a lookup is one memory access where a node-based map costs
+  // two or three, and merges are looked up for every pair of every new word.
+  struct MergeSlot {
+    uint64_t key = kEmptyKey;
+    Merge merge{0, 0};
+  };
+  static constexpr uint64_t kEmptyKey = ~uint64_t{0};
+  const Merge* FindMerge(uint32_t left, uint32_t right) const;
+
   BpeOptions options_;
   StringMap vocab_;
   std::vector<const std::string*> id_to_bytes_;  // into vocab_'s keys
-  std::unordered_map<uint64_t, Merge> merges_;    // (left << 32 | right)
+  std::unordered_map<uint64_t, Merge> merges_;    // while building; then in merge_table_
+  std::vector<MergeSlot> merge_table_;
+  uint64_t merge_mask_ = 0;
+  size_t merge_count_ = 0;
   int64_t byte_ids_[256];                         // byte-level: the byte's token; else <0xNN>; -1 when none
 };
 

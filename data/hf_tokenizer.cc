@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <deque>
 #include <filesystem>
 #include <unordered_map>
 
@@ -91,23 +92,12 @@ struct PreTokenizerStep {
 };
 
 // Spans of `piece` that a pre-tokenizer's pattern matches.
-std::vector<std::pair<size_t, size_t>> FindMatches(const std::string& piece, const PreTokenizerStep& step) {
+std::vector<std::pair<size_t, size_t>> FindMatches(std::string_view piece, const PreTokenizerStep& step) {
   std::vector<std::pair<size_t, size_t>> matches;
   if (step.regex) {
-    std::vector<uint32_t> units;
-    std::vector<size_t> offsets;
-    units.reserve(piece.size());
-    offsets.reserve(piece.size() + 1);
-    for (size_t pos = 0; pos < piece.size();) {
-      int len;
-      units.push_back(unicode::DecodeUtf8(piece, pos, &len));
-      offsets.push_back(pos);
-      pos += static_cast<size_t>(len);
-    }
-    offsets.push_back(piece.size());
     size_t from = 0, b, e;
-    while (step.regex->Find(units, from, &b, &e)) {
-      matches.emplace_back(offsets[b], offsets[e]);
+    while (step.regex->Find(piece, from, &b, &e)) {
+      matches.emplace_back(b, e);
       from = e;
     }
   } else if (step.kind == PreTokenizerStep::kDigits) {
@@ -127,15 +117,16 @@ std::vector<std::pair<size_t, size_t>> FindMatches(const std::string& piece, con
 }
 
 // Splits `piece` at the matches as `behavior` says (Hugging Face's
-// SplitDelimiterBehavior), appending the non-empty parts to `out`.
-void SplitPiece(const std::string& piece, const std::vector<std::pair<size_t, size_t>>& matches, Behavior behavior,
-                bool invert, std::vector<std::string>* out) {
-  // Spans covering the piece, each flagged as a match or not.
+// SplitDelimiterBehavior), appending the non-empty parts to `out`. Every
+// part is a substring of the piece (merges join neighbours).
+void SplitPiece(std::string_view piece, const std::vector<std::pair<size_t, size_t>>& matches, Behavior behavior,
+                bool invert, std::vector<std::string_view>* out) {
   struct Span {
     size_t b, e;
     bool match;
   };
   std::vector<Span> spans;
+  spans.reserve(2 * matches.size() + 1);
   size_t last = 0;
   for (const auto& [b, e] : matches) {
     if (b > last) spans.push_back({last, b, invert});
@@ -143,45 +134,47 @@ void SplitPiece(const std::string& piece, const std::vector<std::pair<size_t, si
     last = e;
   }
   if (last < piece.size()) spans.push_back({last, piece.size(), invert});
-  std::vector<std::string> parts;
+  const size_t first_part = out->size();
+  auto extend_last = [&](const Span& s) {
+    std::string_view& back = out->back();
+    back = std::string_view(back.data(), static_cast<size_t>(piece.data() + s.e - back.data()));
+  };
   bool pending_next = false;  // kMergedWithNext: the last part waits for what follows
   bool last_was_match = false;
   for (const Span& s : spans) {
-    const std::string text = piece.substr(s.b, s.e - s.b);
+    const std::string_view text = piece.substr(s.b, s.e - s.b);
+    const bool have_part = out->size() > first_part;
     switch (behavior) {
       case Behavior::kIsolated:
-        parts.push_back(text);
+        out->push_back(text);
         break;
       case Behavior::kRemoved:
-        if (!s.match) parts.push_back(text);
+        if (!s.match) out->push_back(text);
         break;
       case Behavior::kMergedWithPrevious:
-        if (s.match && !parts.empty()) {
-          parts.back() += text;
+        if (s.match && have_part) {
+          extend_last(s);
         } else {
-          parts.push_back(text);
+          out->push_back(text);
         }
         break;
       case Behavior::kMergedWithNext:
-        if (pending_next) {
-          parts.back() += text;
+        if (pending_next && have_part) {
+          extend_last(s);
         } else {
-          parts.push_back(text);
+          out->push_back(text);
         }
         pending_next = s.match;
         break;
       case Behavior::kContiguous:
-        if (s.match && last_was_match && !parts.empty()) {
-          parts.back() += text;
+        if (s.match && last_was_match && have_part) {
+          extend_last(s);
         } else {
-          parts.push_back(text);
+          out->push_back(text);
         }
         break;
     }
     last_was_match = s.match;
-  }
-  for (std::string& p : parts) {
-    if (!p.empty()) out->push_back(std::move(p));
   }
 }
 
@@ -228,7 +221,8 @@ class HfTokenizer final : public Tokenizer {
   std::string Normalize(std::string_view text, bool prepend) const;
   // Pre-tokenizes one normalized segment; `text_start`: it starts the
   // document (Metaspace's prepend_scheme "first").
-  void PreTokenize(std::string text, bool text_start, std::vector<std::string>* pieces) const;
+  void PreTokenize(std::string_view text, bool text_start, std::vector<std::string_view>* pieces,
+                   std::deque<std::string>* arena) const;
   void EncodeSegment(std::string_view text, bool text_start, bool prepend, std::vector<uint32_t>* ids) const;
 
   std::string context_;
@@ -636,8 +630,9 @@ bool HfTokenizer::ProbeLineBoundaries() const {
   if (!splits) return false;
   for (const char* probe : {"x\nbc", "x \nbc", "x.\nbc", "x1\nbc", "x\n\nbc", "x\r\nbc", "x \t\n\nbc", "'\nbc",
                             "x's\nbc", "\nbc", "x!!\nbc", "x\n \nbc", "1.\n\nbc"}) {
-    std::vector<std::string> pieces;
-    PreTokenize(probe, false, &pieces);
+    std::vector<std::string_view> pieces;
+    std::deque<std::string> arena;
+    PreTokenize(probe, false, &pieces, &arena);
     if (pieces.empty() || pieces.back() != "bc") return false;
   }
   return true;
@@ -694,31 +689,42 @@ std::string HfTokenizer::Normalize(std::string_view text, bool prepend) const {
   return s;
 }
 
-void HfTokenizer::PreTokenize(std::string text, bool text_start, std::vector<std::string>* pieces) const {
-  std::vector<std::string> current;
-  current.push_back(std::move(text));
-  std::vector<std::string> next;
+void HfTokenizer::PreTokenize(std::string_view text, bool text_start, std::vector<std::string_view>* pieces,
+                              std::deque<std::string>* arena) const {
+  // Pieces are views of `text` or of strings a step rewrote, kept in `arena`.
+  std::vector<std::string_view> current{text};
+  std::vector<std::string_view> next;
   for (const PreTokenizerStep& step : pre_tokenizers_) {
     next.clear();
     for (size_t i = 0; i < current.size(); ++i) {
-      std::string& piece = current[i];
+      std::string_view piece = current[i];
       switch (step.kind) {
         case PreTokenizerStep::kByteLevel:
-          if (step.add_prefix_space && !StartsWith(piece, " ")) piece.insert(0, 1, ' ');
+          if (step.add_prefix_space && !StartsWith(piece, " ")) {
+            std::string prefixed;
+            prefixed.reserve(piece.size() + 1);
+            prefixed.push_back(' ');
+            prefixed.append(piece);
+            arena->push_back(std::move(prefixed));
+            piece = arena->back();
+          }
           if (step.regex) {
             SplitPiece(piece, FindMatches(piece, step), Behavior::kIsolated, false, &next);
           } else {
-            next.push_back(std::move(piece));
+            next.push_back(piece);
           }
           break;
         case PreTokenizerStep::kMetaspace: {
-          ReplaceAll(&piece, " ", step.replacement);
+          std::string rewritten(piece);
+          ReplaceAll(&rewritten, " ", step.replacement);
           const bool prepend = step.prepend == Prepend::kAlways || (step.prepend == Prepend::kFirst && i == 0 && text_start);
-          if (prepend && !StartsWith(piece, step.replacement)) piece.insert(0, step.replacement);
+          if (prepend && !StartsWith(rewritten, step.replacement)) rewritten = step.replacement + rewritten;
+          arena->push_back(std::move(rewritten));
+          piece = arena->back();
           if (step.split) {
             SplitPiece(piece, FindMatches(piece, step), Behavior::kMergedWithNext, false, &next);
           } else {
-            next.push_back(std::move(piece));
+            next.push_back(piece);
           }
           break;
         }
@@ -730,15 +736,15 @@ void HfTokenizer::PreTokenize(std::string text, bool text_start, std::vector<std
     }
     current.swap(next);
   }
-  for (std::string& p : current) {
+  for (std::string_view p : current) {
     if (p.empty()) continue;
     if (!split_before_metaspace_) {
-      pieces->push_back(std::move(p));
+      pieces->push_back(p);
       continue;
     }
     // Before each U+2581 that follows another character.
     size_t start = 0;
-    for (size_t pos = p.find(kMetaspace, 1); pos != std::string::npos; pos = p.find(kMetaspace, pos + 3)) {
+    for (size_t pos = p.find(kMetaspace, 1); pos != std::string_view::npos; pos = p.find(kMetaspace, pos + 3)) {
       if (pos >= 3 && p.compare(pos - 3, 3, kMetaspace) == 0) continue;
       pieces->push_back(p.substr(start, pos - start));
       start = pos;
@@ -748,24 +754,29 @@ void HfTokenizer::PreTokenize(std::string text, bool text_start, std::vector<std
 }
 
 void HfTokenizer::EncodeSegment(std::string_view text, bool text_start, bool prepend, std::vector<uint32_t>* ids) const {
-  std::string normalized = normalizers_.empty() ? std::string(text) : Normalize(text, prepend);
-  std::vector<std::string> pieces;
+  std::string normalized;
+  if (!normalizers_.empty()) {
+    normalized = Normalize(text, prepend);
+    text = normalized;
+  }
+  std::vector<std::string_view> pieces;
+  std::deque<std::string> arena;
   if (norm_matcher_.empty()) {
-    PreTokenize(std::move(normalized), text_start, &pieces);
+    PreTokenize(text, text_start, &pieces, &arena);
   } else {
     bool first = true;
-    for (const auto& s : norm_matcher_.Split(normalized)) {
+    for (const auto& s : norm_matcher_.Split(text)) {
       if (s.is_token) {
-        for (std::string& p : pieces) model_->EncodeWord(p, ids);
+        for (std::string_view p : pieces) model_->EncodeWord(p, ids);
         pieces.clear();
         ids->push_back(s.id);
       } else {
-        PreTokenize(normalized.substr(s.begin, s.end - s.begin), text_start && first && s.begin == 0, &pieces);
+        PreTokenize(text.substr(s.begin, s.end - s.begin), text_start && first && s.begin == 0, &pieces, &arena);
       }
       first = false;
     }
   }
-  for (const std::string& p : pieces) model_->EncodeWord(p, ids);
+  for (std::string_view p : pieces) model_->EncodeWord(p, ids);
 }
 
 void HfTokenizer::Encode(std::string_view text, bool document_start, std::vector<uint32_t>* ids) const {

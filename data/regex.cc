@@ -440,8 +440,83 @@ Regex::Regex(std::string_view pattern, const std::string& what) {
     }
   };
   Check::Walk(root, parser);
-  Compile(root);
-  Emit({Op::kMatch});
+  // Each top-level alternative is a program of its own (see Branch): trying
+  // them in order is what the alternation's priority means.
+  std::vector<const Node*> alternatives;
+  if (root.kind == Node::kAlt) {
+    for (const Node& c : root.children) alternatives.push_back(&c);
+  } else {
+    alternatives.push_back(&root);
+  }
+  for (const Node* alt : alternatives) {
+    const int pc = static_cast<int>(program_.size());
+    Compile(*alt);
+    Emit({Op::kMatch});
+    branches_.push_back({pc, First(*alt)});
+  }
+}
+
+Regex::FirstSet Regex::First(const Node& node) const {
+  FirstSet f;
+  switch (node.kind) {
+    case Node::kEmpty:
+    case Node::kLook:
+      f.empty = true;
+      return f;
+    case Node::kChar:
+      if (node.c < 128) {
+        f.ascii[node.c >> 6] |= uint64_t{1} << (node.c & 63);
+        if (node.icase && ((node.c | 32) >= 'a' && (node.c | 32) <= 'z')) {
+          const uint32_t other_case = node.c ^ 32;
+          f.ascii[other_case >> 6] |= uint64_t{1} << (other_case & 63);
+          f.other = true;  // the Unicode folds of s and k
+        }
+      } else {
+        f.other = true;
+      }
+      return f;
+    case Node::kClass: {
+      const CharClass& c = classes_[static_cast<size_t>(node.cls)];
+      f.ascii[0] = c.ascii[0];
+      f.ascii[1] = c.ascii[1];
+      f.other = true;
+      return f;
+    }
+    case Node::kAny:
+      f.ascii[0] = f.ascii[1] = ~uint64_t{0};
+      f.other = true;
+      return f;
+    case Node::kSeq: {
+      f.empty = true;
+      for (const Node& c : node.children) {
+        const FirstSet g = First(c);
+        f.ascii[0] |= g.ascii[0];
+        f.ascii[1] |= g.ascii[1];
+        f.other = f.other || g.other;
+        if (!g.empty) {
+          f.empty = false;
+          break;
+        }
+      }
+      return f;
+    }
+    case Node::kAlt:
+      for (const Node& c : node.children) {
+        const FirstSet g = First(c);
+        f.ascii[0] |= g.ascii[0];
+        f.ascii[1] |= g.ascii[1];
+        f.other = f.other || g.other;
+        f.empty = f.empty || g.empty;
+      }
+      return f;
+    case Node::kRepeat:
+    case Node::kAtomic:
+      f = First(node.children[0]);
+      if (node.kind == Node::kRepeat && node.min == 0) f.empty = true;
+      return f;
+  }
+  f.empty = true;
+  return f;
 }
 
 int Regex::Emit(Inst inst) {
@@ -542,30 +617,42 @@ void Regex::Compile(const Node& node) {
   }
 }
 
-bool Regex::Run(int start_pc, const std::vector<uint32_t>& units, size_t start_pos, size_t* end) const {
+bool Regex::Run(int start_pc, std::string_view text, size_t start_pos, size_t* end) const {
   // Backtracking over (pc, pos) pairs; the stack is per thread and shared by
   // nested runs (lookahead, atomic groups), each popping only its own part.
   thread_local std::vector<std::pair<int, size_t>> stack;
   const size_t base = stack.size();
   int pc = start_pc;
   size_t pos = start_pos;
-  const size_t n = units.size();
+  const size_t n = text.size();
+  // The unit at pos, decoded (ASCII without a call).
+  auto unit = [&](int* len) -> uint32_t {
+    const auto b = static_cast<unsigned char>(text[pos]);
+    if (b < 0x80) {
+      *len = 1;
+      return b;
+    }
+    return unicode::DecodeUtf8(text, pos, len);
+  };
   while (true) {
     const Inst& inst = program_[static_cast<size_t>(pc)];
     bool ok = true;
     switch (inst.op) {
       case Op::kChar:
-        ok = pos < n && (units[pos] == inst.c || (inst.flag && EqualsFolded(units[pos], inst.c)));
-        if (ok) ++pc, ++pos;
-        break;
       case Op::kClass:
-        ok = pos < n && classes_[inst.c].Matches(units[pos]);
-        if (ok) ++pc, ++pos;
-        break;
-      case Op::kAny:
+      case Op::kAny: {
         ok = pos < n;
-        if (ok) ++pc, ++pos;
+        if (!ok) break;
+        int len;
+        const uint32_t cp = unit(&len);
+        if (inst.op == Op::kChar) {
+          ok = cp == inst.c || (inst.flag && EqualsFolded(cp, inst.c));
+        } else if (inst.op == Op::kClass) {
+          ok = classes_[inst.c].Matches(cp);
+        }
+        if (ok) ++pc, pos += static_cast<size_t>(len);
         break;
+      }
       case Op::kSplit:
         stack.emplace_back(inst.y, pos);
         pc = inst.x;
@@ -579,13 +666,13 @@ bool Regex::Run(int start_pc, const std::vector<uint32_t>& units, size_t start_p
         return true;
       case Op::kLook: {
         size_t ignored;
-        ok = Run(inst.x, units, pos, &ignored) != inst.flag;
+        ok = Run(inst.x, text, pos, &ignored) != inst.flag;
         if (ok) ++pc;
         break;
       }
       case Op::kAtomic: {
         size_t after;
-        ok = Run(inst.x, units, pos, &after);
+        ok = Run(inst.x, text, pos, &after);
         if (ok) ++pc, pos = after;
         break;
       }
@@ -598,32 +685,33 @@ bool Regex::Run(int start_pc, const std::vector<uint32_t>& units, size_t start_p
   }
 }
 
-bool Regex::Find(const std::vector<uint32_t>& units, size_t from, size_t* begin, size_t* end) const {
-  for (size_t start = from; start < units.size(); ++start) {
-    size_t e;
-    if (Run(0, units, start, &e) && e > start) {
-      *begin = start;
-      *end = e;
-      return true;
+bool Regex::Find(std::string_view text, size_t from, size_t* begin, size_t* end) const {
+  for (size_t start = from; start < text.size();) {
+    int len = 1;
+    const auto b = static_cast<unsigned char>(text[start]);
+    const uint32_t cp = b < 0x80 ? b : unicode::DecodeUtf8(text, start, &len);
+    for (const Branch& branch : branches_) {
+      if (!branch.first.Allows(cp)) continue;
+      size_t e;
+      if (Run(branch.pc, text, start, &e)) {
+        if (e > start) {
+          *begin = start;
+          *end = e;
+          return true;
+        }
+        break;  // an empty match here: look further on
+      }
     }
+    start += static_cast<size_t>(len);
   }
   return false;
 }
 
 bool Regex::MatchesPrefix(std::string_view text, size_t* match_bytes) const {
-  std::vector<uint32_t> units;
-  std::vector<size_t> offsets;
-  for (size_t pos = 0; pos < text.size();) {
-    int len;
-    units.push_back(unicode::DecodeUtf8(text, pos, &len));
-    offsets.push_back(pos);
-    pos += static_cast<size_t>(len);
+  for (const Branch& branch : branches_) {
+    if (Run(branch.pc, text, 0, match_bytes)) return true;
   }
-  offsets.push_back(text.size());
-  size_t e;
-  if (!Run(0, units, 0, &e)) return false;
-  *match_bytes = offsets[e];
-  return true;
+  return false;
 }
 
 }  // namespace llmplan::data

@@ -30,14 +30,14 @@ class Regex {
   // can match the empty string.
   Regex(std::string_view pattern, const std::string& what);
 
-  // Finds the leftmost match in units[from..) (code points as decoded by
-  // unicode::DecodeUtf8, kInvalid for a stray byte). Empty matches are
-  // skipped. Returns false when there is none; else sets [*begin, *end).
-  // Thread-safe.
-  bool Find(const std::vector<uint32_t>& units, size_t from, size_t* begin, size_t* end) const;
+  // Finds the leftmost match in text[from..) (UTF-8; a byte that starts no
+  // valid sequence is one unit of its own, unicode::kInvalid, which only
+  // negated classes match). `from` must be at a unit boundary. Empty matches
+  // are skipped. Returns false when there is none; else sets [*begin, *end),
+  // byte offsets. Thread-safe.
+  bool Find(std::string_view text, size_t from, size_t* begin, size_t* end) const;
 
-  // Whether the whole of `text` (UTF-8) is one match starting at its first
-  // code point. For tests.
+  // The length in bytes of the match starting at text[0], if any. For tests.
   bool MatchesPrefix(std::string_view text, size_t* match_bytes) const;
 
  private:
@@ -65,12 +65,31 @@ class Regex {
   struct Node;
   class Parser;
 
+  // Code points a match can start with, as far as the first unit tells:
+  // exact for ASCII, "maybe" for everything else.
+  struct FirstSet {
+    uint64_t ascii[2] = {0, 0};
+    bool other = false;
+    bool empty = false;  // can match the empty string (then anything may follow)
+    bool Allows(uint32_t cp) const {
+      return empty || (cp < 128 ? ((ascii[cp >> 6] >> (cp & 63)) & 1) != 0 : other);
+    }
+  };
+  // One alternative of the top-level alternation: tried in order, each as a
+  // program of its own, skipped when its first set rules the unit out.
+  struct Branch {
+    int pc;
+    FirstSet first;
+  };
+
   int Emit(Inst inst);
   void Compile(const Node& node);
-  bool Run(int pc, const std::vector<uint32_t>& units, size_t pos, size_t* end) const;
+  FirstSet First(const Node& node) const;
+  bool Run(int pc, std::string_view text, size_t pos, size_t* end) const;
 
   std::vector<Inst> program_;
   std::vector<CharClass> classes_;
+  std::vector<Branch> branches_;
 };
 
 }  // namespace llmplan::data

@@ -225,19 +225,10 @@ TEST(TokenizerTest, EotTokenOverride) {
 
 // Pieces of the pre-tokenizer regexes, matched one after another.
 std::vector<std::string> Pieces(const Regex& regex, const std::string& text) {
-  std::vector<uint32_t> units;
-  std::vector<size_t> offsets;
-  for (size_t pos = 0; pos < text.size();) {
-    int len;
-    units.push_back(unicode::DecodeUtf8(text, pos, &len));
-    offsets.push_back(pos);
-    pos += static_cast<size_t>(len);
-  }
-  offsets.push_back(text.size());
   std::vector<std::string> pieces;
   size_t from = 0, b, e;
-  while (regex.Find(units, from, &b, &e)) {
-    pieces.push_back(text.substr(offsets[b], offsets[e] - offsets[b]));
+  while (regex.Find(text, from, &b, &e)) {
+    pieces.push_back(text.substr(b, e - b));
     from = e;
   }
   return pieces;
