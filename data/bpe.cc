@@ -62,7 +62,7 @@ void BpeModel::Finish() {
       key = hex;
     }
     const auto it = vocab_.find(key);
-    byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+    byte_ids_[b] = it == vocab_.end() ? int64_t{-1} : static_cast<int64_t>(it->second);
   }
 }
 

@@ -223,6 +223,37 @@ TEST(TokenizerTest, EotTokenOverride) {
   }
 }
 
+TEST(TokenizerTest, SmallHandWrittenFilesFollowTheirConfiguration) {
+  // Ids checked with Hugging Face tokenizers 0.23.2 on these files (with the
+  // fields it insists on added). A byte-level vocabulary without most bytes:
+  // what it cannot code is dropped, as there; ids never leave the vocabulary.
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "/small.json") << R"({"added_tokens": [{"id": 9, "content": "<|endoftext|>"}],
+      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": true},
+      "model": {"type": "BPE", "vocab": {"H": 0, "e": 1, "l": 2, "o": 3, "He": 4, "ll": 5, "Hell": 6, "\u0120": 7,
+                                         "\u0120w": 8, "w": 10},
+                "merges": [["H", "e"], ["l", "l"], ["He", "ll"], ["\u0120", "w"]]}})";
+  const auto t = LoadTokenizer(dir + "/small.json");
+  EXPECT_EQ(t->vocab_size(), 11);
+  EXPECT_EQ(t->end_of_text(), 9u);
+  // add_prefix_space: " Hello" " world"; 'r' and 'd' are not in the vocabulary.
+  EXPECT_EQ(Encode(*t, "Hello world"), (std::vector<uint32_t>{7, 6, 3, 8, 3, 2}));
+  EXPECT_EQ(t->Decode({6, 3, 8}), "Hello w");
+  // Metaspace with prepend_scheme "first", digits split one by one, unk fused.
+  std::ofstream(dir + "/meta.json") << R"({
+      "added_tokens": [{"id": 0, "content": "<unk>"}, {"id": 2, "content": "</s>"}],
+      "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true},
+                        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": true}]},
+      "model": {"type": "BPE", "fuse_unk": true, "unk_token": "<unk>",
+                "vocab": {"<unk>": 0, "</s>": 2, "\u2581": 5, "x": 6, "\u2581x": 7, "1": 8},
+                "merges": ["\u2581 x"]}})";
+  const auto m = LoadTokenizer(dir + "/meta.json");
+  EXPECT_EQ(Encode(*m, "x 1q2 qq"), (std::vector<uint32_t>{7, 5, 8, 0, 0, 5, 0}));
+  std::vector<uint32_t> continued;
+  m->Encode("x", false, &continued);  // no prefix in the middle of a document
+  EXPECT_EQ(continued, (std::vector<uint32_t>{6}));
+}
+
 // Pieces of the pre-tokenizer regexes, matched one after another.
 std::vector<std::string> Pieces(const Regex& regex, const std::string& text) {
   std::vector<std::string> pieces;
