@@ -333,6 +333,9 @@ class Regex::Parser {
     Node node;
     switch (c) {
       case '(': {
+        // Real patterns nest a few groups deep; a limit keeps a hostile one
+        // from exhausting the stack.
+        if (++depth_ > 100) Fail("groups nested more than 100 deep");
         if (Eat('?')) {
           if (Eat(':')) {
             node = ParseAlt(icase);
@@ -354,6 +357,7 @@ class Regex::Parser {
           node = ParseAlt(icase);  // capturing groups capture nothing here
         }
         if (!Eat(')')) Fail("an unclosed group");
+        --depth_;
         return node;
       }
       case '[':
@@ -399,9 +403,10 @@ class Regex::Parser {
   std::vector<CharClass>* classes_;
   std::vector<uint32_t> cps_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
-Regex::Regex(std::string_view pattern, const std::string& what) {
+Regex::Regex(std::string_view pattern, const std::string& what) : what_(what + ": pattern '" + std::string(pattern) + "'") {
   Parser parser(pattern, what, &classes_);
   const Node root = parser.Parse();
   // A repetition of something that can match nothing would loop forever.
@@ -520,6 +525,12 @@ Regex::FirstSet Regex::First(const Node& node) const {
 }
 
 int Regex::Emit(Inst inst) {
+  // Counted repetitions are unrolled: nested ones could make a program of
+  // billions of instructions.
+  if (program_.size() >= kMaxProgram) {
+    throw UserError(what_ + ": regex is not supported: it compiles to over " + std::to_string(kMaxProgram) +
+                    " instructions (nested {n,m} repetitions)");
+  }
   program_.push_back(inst);
   return static_cast<int>(program_.size() - 1);
 }
@@ -622,9 +633,14 @@ bool Regex::Run(int start_pc, std::string_view text, size_t start_pos, size_t* e
   // nested runs (lookahead, atomic groups), each popping only its own part.
   thread_local std::vector<std::pair<int, size_t>> stack;
   const size_t base = stack.size();
+  struct PopOnExit {  // on every return, and when the step limit throws
+    size_t base;
+    ~PopOnExit() { stack.resize(base); }
+  } pop_on_exit{base};
   int pc = start_pc;
   size_t pos = start_pos;
   const size_t n = text.size();
+  int64_t steps = 0;
   // The unit at pos, decoded (ASCII without a call).
   auto unit = [&](int* len) -> uint32_t {
     const auto b = static_cast<unsigned char>(text[pos]);
@@ -635,6 +651,10 @@ bool Regex::Run(int start_pc, std::string_view text, size_t start_pos, size_t* e
     return unicode::DecodeUtf8(text, pos, len);
   };
   while (true) {
+    if (++steps > kMaxSteps) {
+      throw UserError(what_ + ": regex is not supported: over " + std::to_string(kMaxSteps) +
+                      " backtracking steps for one match (a pattern that backtracks exponentially)");
+    }
     const Inst& inst = program_[static_cast<size_t>(pc)];
     bool ok = true;
     switch (inst.op) {
@@ -662,7 +682,6 @@ bool Regex::Run(int start_pc, std::string_view text, size_t start_pos, size_t* e
         break;
       case Op::kMatch:
         *end = pos;
-        stack.resize(base);
         return true;
       case Op::kLook: {
         size_t ignored;

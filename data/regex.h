@@ -34,7 +34,9 @@ class Regex {
   // valid sequence is one unit of its own, unicode::kInvalid, which only
   // negated classes match). `from` must be at a unit boundary. Empty matches
   // are skipped. Returns false when there is none; else sets [*begin, *end),
-  // byte offsets. Thread-safe.
+  // byte offsets. Thread-safe. Throws UserError when one match attempt takes
+  // more than 2^24 backtracking steps (only a pattern that backtracks
+  // exponentially does; real ones take a few per byte).
   bool Find(std::string_view text, size_t from, size_t* begin, size_t* end) const;
 
   // The length in bytes of the match starting at text[0], if any. For tests.
@@ -87,6 +89,10 @@ class Regex {
   FirstSet First(const Node& node) const;
   bool Run(int pc, std::string_view text, size_t pos, size_t* end) const;
 
+  static constexpr size_t kMaxProgram = 1 << 20;
+  static constexpr int64_t kMaxSteps = int64_t{1} << 24;
+
+  std::string what_;  // for errors
   std::vector<Inst> program_;
   std::vector<CharClass> classes_;
   std::vector<Branch> branches_;

@@ -297,6 +297,15 @@ TEST(RegexTest, QuantifiersClassesAndErrors) {
   }
 }
 
+TEST(RegexTest, HostilePatternsAreUserErrorsNotHangsOrCrashes) {
+  EXPECT_THROW(Regex(std::string(300, '(') + "a" + std::string(300, ')'), "t"), UserError);  // stack depth
+  EXPECT_THROW(Regex("((a{1000}){1000}){1000}", "t"), UserError);                           // program size
+  const Regex exponential("(a|a)*c", "t");
+  size_t b, e;
+  EXPECT_THROW(exponential.Find(std::string(40, 'a'), 0, &b, &e), UserError);              // backtracking
+  EXPECT_TRUE(exponential.Find("aac", 0, &b, &e));
+}
+
 TEST(UnicodeTest, NfcComposesAndOrdersAsUnicodedataDoes) {
   // Expected values from Python's unicodedata.normalize("NFC", ...).
   EXPECT_EQ(unicode::Nfc("e\xcc\x81"), "\xc3\xa9");                        // e + acute
