@@ -7,9 +7,10 @@
 //       model's regex, NFC) or SentencePiece-style (Mistral, Llama 2
 //       conversions: Prepend/Replace normalizers or Metaspace, byte_fallback);
 //       added tokens are matched in the text first and never split;
-//     - a SentencePiece tokenizer.model (Llama 2, Mistral) with a BPE model
-//       (merges in score order, byte fallback, dummy prefix, identity or
-//       whitespace-only normalization).
+//     - a SentencePiece tokenizer.model: BPE (Llama 2, Mistral: merges in
+//       score order) or unigram (T5-style: Viterbi), byte fallback, dummy
+//       prefix, precompiled character maps (nmt_nfkc), extra-whitespace
+//       removal.
 //   ByteTokenizer() is the byte-level tokenizer llmplan had before: id = byte,
 //   256 = end of text.
 //
@@ -81,9 +82,9 @@ class Tokenizer {
 // default choice (empty: <|end_of_text|>, <|endoftext|>, </s>, <eos>, ... the
 // first the vocabulary has; for a .model, its eos id).
 // Throws UserError naming the file and what is supported when the file is
-// missing, not a tokenizer, corrupt, or of an unsupported kind (WordPiece,
-// Unigram, WordLevel models; normalizers other than NFC, Prepend, Replace,
-// Strip; ...).
+// missing, not a tokenizer, corrupt, or of an unsupported kind (tokenizer.json
+// WordPiece, Unigram, WordLevel models; normalizers other than NFC, Prepend,
+// Replace, Strip; SentencePiece word/char models; ...).
 std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path, const std::string& eot_token = "");
 
 // The byte-level tokenizer: id = byte value, 256 = end of text, vocab 257.

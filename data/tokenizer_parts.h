@@ -58,6 +58,6 @@ std::unique_ptr<Tokenizer> LoadSentencePiece(const std::string& path, const std:
 // What every unsupported-kind message ends with.
 inline constexpr const char* kSupported =
     "supported: Hugging Face tokenizer.json with a BPE model (byte-level like GPT-2, Llama 3, Qwen2, or "
-    "SentencePiece-style like Mistral), or a SentencePiece BPE tokenizer.model (Llama 2)";
+    "SentencePiece-style like Mistral), or a SentencePiece BPE or unigram tokenizer.model (Llama 2, T5)";
 
 }  // namespace llmplan::data::internal

@@ -1,7 +1,8 @@
 // Tokenizers against the ids their reference implementations give.
 //
 // Fixtures (tests/data/tokenizers/README.md says where each came from):
-//   gpt2, llama3, mistral: Hugging Face tokenizer.json; llama2: SentencePiece
+//   gpt2, llama3, mistral: Hugging Face tokenizer.json; llama2 (BPE) and
+//   sp_unigram (unigram, nmt_nfkc character map): SentencePiece
 //   tokenizer.model. Unpacked by CMake into LLMPLAN_TOKENIZER_FIXTURES.
 // References: llamacpp/ggml-vocab-*.gguf.{inp,out} (llama.cpp's test cases,
 // ids from Hugging Face's AutoTokenizer, add_special_tokens=False) and
@@ -66,7 +67,7 @@ const Tokenizer& Fixture(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
   auto& slot = loaded[name];
   if (!slot) {
-    const std::string file = name == "llama2" ? "tokenizer.model" : "tokenizer.json";
+    const std::string file = name == "llama2" || name == "sp_unigram" ? "tokenizer.model" : "tokenizer.json";
     slot = LoadTokenizer(kFixtures + "/" + name + "/" + file);
   }
   return *slot;
@@ -132,6 +133,25 @@ TEST(TokenizerReferenceTest, Llama2ModelMatchesSentencePieceOnCorpus) {
   ExpectReferenceIds("llama2", kReferences + "/reference/corpus.txt", kReferences + "/reference/corpus.llama2.out");
 }
 
+TEST(TokenizerReferenceTest, UnigramModelMatchesSentencePiece) {
+  // sentencepiece's own test model: unigram, 1,000 pieces, nmt_nfkc.
+  ExpectReferenceIds("sp_unigram", kReferences + "/llamacpp/ggml-vocab.gguf.inp",
+                     kReferences + "/reference/llamacpp-inputs.sp_unigram.out");
+  ExpectReferenceIds("sp_unigram", kReferences + "/reference/corpus.txt",
+                     kReferences + "/reference/corpus.sp_unigram.out");
+}
+
+TEST(TokenizerTest, UnigramTiesFallAsInSentencePiece) {
+  // "-" and "--" make "---" two ways with equal float sums; which one wins
+  // depends on the rounding of what comes before (SentencePiece scores
+  // candidates in double against the stored float).
+  const Tokenizer& t = Fixture("sp_unigram");
+  EXPECT_EQ(Encode(t, "---"), (std::vector<uint32_t>{4, 415, 35}));      // _ -- -
+  EXPECT_EQ(Encode(t, "/---"), (std::vector<uint32_t>{4, 0, 35, 415}));  // _ <unk> - --
+  EXPECT_FALSE(t.line_splittable());
+  EXPECT_NE(t.description().find("SentencePiece unigram, vocab 1000"), std::string::npos);
+}
+
 TEST(TokenizerTest, WhatEachFixtureIs) {
   EXPECT_EQ(Fixture("gpt2").vocab_size(), 50257);
   EXPECT_EQ(Fixture("gpt2").end_of_text(), 50256u);  // <|endoftext|>
@@ -173,10 +193,11 @@ TEST(TokenizerTest, DecodeGivesTheTextBack) {
     }
     EXPECT_GT(checked, 100);
   }
-  // Bytes that are not UTF-8 survive byte-level models and byte fallback.
+  // Bytes that are not UTF-8 survive byte-level models; SentencePiece's
+  // normalizer makes each one U+FFFD (then byte fallback codes that).
   const std::string bad = "ok \xff\xfe\xc3 end";
   EXPECT_EQ(Fixture("llama3").Decode(Encode(Fixture("llama3"), bad)), bad);
-  EXPECT_EQ(Fixture("llama2").Decode(Encode(Fixture("llama2"), bad)), bad);
+  EXPECT_EQ(Fixture("llama2").Decode(Encode(Fixture("llama2"), bad)), "ok \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD end");
 }
 
 TEST(TokenizerTest, SplittingAtLineStartsGivesTheSameIds) {
@@ -348,9 +369,9 @@ TEST(TokenizerErrorsTest, UnsupportedOrBrokenFilesAreOneLineUserErrors) {
   ExpectRejected(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})", "no end-of-text token");
   ExpectRejected(R"({"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}})", "not a whole number");
   ExpectRejected("{\"model\": ", "not valid JSON");
-  // SentencePiece: a Unigram model (trainer_spec.model_type = 1), a truncated file, noise.
-  const std::string unigram = std::string("\x0a\x07\x0a\x03<s>\x18\x03", 9) + std::string("\x12\x02\x18\x01", 4);
-  ExpectRejected(unigram, "model type Unigram is not supported", "u.model");
+  // SentencePiece: a Word model (trainer_spec.model_type = 3), a truncated file, noise.
+  const std::string word = std::string("\x0a\x07\x0a\x03<s>\x18\x03", 9) + std::string("\x12\x02\x18\x03", 4);
+  ExpectRejected(word, "model type Word is not supported", "w.model");
   const std::string real = ReadAll(kFixtures + "/llama2/tokenizer.model");
   ExpectRejected(real.substr(0, real.size() / 2), "damaged", "half.model");
   ExpectRejected("\x08\x96\x01 this is not a model", "not a SentencePiece model", "noise.model");

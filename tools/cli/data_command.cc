@@ -12,7 +12,8 @@
 // Work: documents (and pieces of large ones, split at line starts where the
 // tokenizer allows, data/tokenizer.h) are batched into jobs of ~2 MiB that
 // --threads workers encode; the tokens are written in input order. A line on
-// stderr every 5 s says how far it is.
+// stderr every 5 s says how far it is; the closing line's time and MB/s are
+// those of reading, encoding and writing (loading the tokenizer excluded).
 //
 // Output: llm.c's headered .bin by default (uint16, or uint32 with its
 // Llama-3 header when the vocabulary exceeds 65,536 ids), or raw uint16 /
@@ -339,7 +340,8 @@ void AddDataCommand(CLI::App& app) {
   CLI::App* prepare = data->add_subcommand("prepare", "Tokenize text files into a token file");
   prepare->footer(
       "Tokenizer: --tokenizer PATH takes a Hugging Face tokenizer.json (BPE: GPT-2, Llama 3, Qwen2, Mistral) or a "
-      "SentencePiece tokenizer.model (BPE: Llama 2); each document becomes [bos] tokens end-of-text. Without it, "
+      "SentencePiece tokenizer.model (BPE: Llama 2; unigram: T5-style); each document becomes [bos] tokens "
+      "end-of-text. Without it, "
       "byte level: token = byte value 0..255, 256 = end of text after every document (vocab 257; any model with "
       "vocab >= 257 trains on it). Output: llm.c's headered .bin (magic 20240520, uint16 tokens; magic 20240801, "
       "uint32 tokens when the vocabulary exceeds 65,536) or raw uint16/uint32 (nanoGPT).");
