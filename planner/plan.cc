@@ -87,6 +87,9 @@ void Plan::Validate() const {
     fail("shard_group_size (" + std::to_string(shard_group_size) + ") must divide gpus (" + std::to_string(gpus) + ")");
   if (strategy == ShardingStrategy::kHybridShard && (shard_group_size == 1 || shard_group_size == gpus) && gpus > 1)
     fail("hybrid_shard needs 1 < shard_group_size < gpus; use full_shard or no_shard otherwise");
+  if (offload == Offload::kOptimizerAndParams && strategy == ShardingStrategy::kNoShard)
+    fail("offload optimizer+params streams each unit's parameters in before its gather, and no_shard has no "
+         "gathers: use full_shard (on one GPU too), or offload optimizer");
   if (seq_len < 1 || seq_len > (int64_t{1} << 22)) fail("seq_len must be between 1 and 4194304");
   // Positions past the model's maximum were never trained: the model's own
   // code (and Hugging Face's) is not meant to run there.

@@ -168,19 +168,6 @@ void ProgramBuilder::AfterReduction(int u, int mb, int reduced, bool last_mb) {
     ar.work.spans_nodes = plan_.gpus > plan_.gpus_per_node;
     reduced = Add(ar);
   }
-  if (OffloadsParams(plan_.offload) && OffloadsOptimizer(plan_.offload)) {
-    // Gradient shards go to the host after every micro-batch (accumulated
-    // there, where the CPU optimizer reads them).
-    StepOp copy;
-    copy.kind = OpKind::kCopyToHost;
-    copy.stream = StreamKind::kDeviceToHost;
-    copy.unit = u;
-    copy.micro_batch = mb;
-    copy.name = "d2h grads " + UnitName(u) + MbSuffix(mb);
-    copy.deps = {reduced};
-    copy.work.copy_bytes = 4 * Padded(u) / G();
-    reduced = Add(copy);
-  }
   if (last_mb) grad_final_[u] = reduced;
 }
 

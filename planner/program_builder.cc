@@ -155,8 +155,10 @@ void ProgramBuilder::MakePersistent() {
   HostMemory& host = p_.host;
   const Offload o = plan_.offload;
   // fp32 gradient shard accumulated over micro-batches (the whole gradient
-  // when not sharded). With params offloaded it accumulates on the host.
-  pm.grad_shards = OffloadsParams(o) && OffloadsOptimizer(o) ? 0 : 4 * shard;
+  // when not sharded). On the device in every mode: the norm and clipping
+  // read it there, and accumulating on the host instead would put a CPU add
+  // of every micro-batch's shard on the step's critical path.
+  pm.grad_shards = 4 * shard;
   if (o == Offload::kNone) {
     pm.param_shards = 4 * shard;
     pm.optimizer_state = 8 * shard;
@@ -176,7 +178,8 @@ void ProgramBuilder::MakePersistent() {
     pm.compute_params = ParamBytes() * shard;
     pm.optimizer_state = 8 * shard;
     host.master_params = 4 * shard;
-  } else {  // optimizer + params: nothing per-parameter persists on the GPU
+  } else {  // optimizer + params: the compute-dtype shard too lives on the host and
+            // streams up before each gather; the GPU keeps only the gradient shard
     host.master_params = (4 + ParamBytes()) * shard;
     host.optimizer_state = 8 * shard;
     host.grad_staging = 4 * shard;

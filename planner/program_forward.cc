@@ -75,9 +75,10 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
   op.work.collective_bytes = bytes;
   op.work.group_size = G();
   op.work.spans_nodes = GroupSpansNodes(G());
-  // On one GPU the "gather" is the fp32 -> bf16 cast of the master shard.
+  // On one GPU the "gather" is the fp32 -> bf16 cast of the master shard (a
+  // copy of the compute-dtype shard when it streamed in from the host).
   if (G() == 1) {
-    op.work.elementwise_bytes = Padded(u) * (4 + ParamBytes());
+    op.work.elementwise_bytes = Padded(u) * ((params_offloaded ? ParamBytes() : 4) + ParamBytes());
     op.work.launches = 1;
   }
   MemoryScript memory(tensors_);

@@ -97,8 +97,6 @@ void ProgramBuilder::OptimizerStep() {
   // units), then per unit the CPU update and the updated bf16 shard back up.
   std::vector<int> grads_on_host(n, -1);
   for (int u = 0; u < n; ++u) {
-    grads_on_host[u] = grad_final_[u];
-    if (OffloadsParams(o)) continue;  // already on the host
     StepOp copy;
     copy.kind = OpKind::kCopyToHost;
     copy.stream = StreamKind::kDeviceToHost;
@@ -119,6 +117,8 @@ void ProgramBuilder::OptimizerStep() {
     cpu.work.cpu_adam_params = shard;
     cpu.work.host_sharers = plan_.GpusOnNode();
     const int step = Add(cpu);
+    // With the parameters streamed (optimizer+params) the CPU update writes
+    // the host copy that the next step's gathers bring up themselves.
     if (!OffloadsParams(o)) {
       StepOp back;
       back.kind = OpKind::kCopyToDevice;

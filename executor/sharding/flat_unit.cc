@@ -33,7 +33,10 @@ FlatUnit::FlatUnit(std::vector<ParamShape> shapes, const FlatUnitOptions& option
       compute_dtype_(options.compute_dtype),
       device_(device),
       master_on_host_(options.master_on_host),
+      compute_shard_on_host_(options.compute_shard_on_host),
       compute_resident_(options.compute_resident) {
+  TORCH_CHECK(!compute_shard_on_host_ || (master_on_host_ && !compute_resident_),
+              "FlatUnit: a host compute shard needs the master on the host and a released compute copy");
   TORCH_CHECK(group_size_ >= 1 && rank_ >= 0 && rank_ < group_size_, "FlatUnit: bad rank ", rank_, " of ",
               group_size_);
   for (const auto& s : shapes_) numel_ += s.numel();
@@ -48,6 +51,8 @@ FlatUnit::FlatUnit(std::vector<ParamShape> shapes, const FlatUnitOptions& option
     // The shard is the whole, resident unit: the optimizer's update (or the
     // copy up from the host) writes the compute copy directly, no second pass.
     compute_shard_ = compute_;
+  } else if (compute_shard_on_host_) {
+    compute_shard_ = PinnedHostZeros(shard_numel(), compute_dtype_);
   } else if (group_size_ > 1 || master_on_host_) {
     compute_shard_ = at::zeros({shard_numel()}, fp32.dtype(compute_dtype_));
   }

@@ -14,10 +14,13 @@
 //            alias its storage, so autograd accumulates straight into one flat
 //            buffer that a single reduce-scatter (or a cast-add) consumes
 //   compute_shard  (sharded, offloaded or resident units) this rank's slice
-//            of the master in the compute dtype, on the device: what an
-//            all-gather sends, or the resident compute copy itself. The
-//            optimizer step refreshes it (the fused kernel writes it in the
-//            same pass; with offload it is copied in from the host).
+//            of the master in the compute dtype: what an all-gather sends, or
+//            the resident compute copy itself. The optimizer step refreshes
+//            it (the fused kernel writes it in the same pass; with offload it
+//            is copied in from the host). On the device — except with
+//            parameters streamed from the host (offload optimizer+params),
+//            where it lives in pinned host memory, the CPU optimizer writes it
+//            there, and a copy brings it up just before each gather.
 //
 // The flat length is padded to a multiple of `group_size` so a shard is a
 // plain contiguous slice of equal length on every rank (padding elements stay
@@ -54,6 +57,9 @@ struct FlatUnitOptions {
   // Master weights (and the optimizer state kept beside them) in host memory,
   // pinned when CUDA is available so copies are asynchronous DMA.
   bool master_on_host = false;
+  // compute_shard in (pinned) host memory too: the parameters stream to the
+  // device before each use. REQUIRES master_on_host, not compute_resident.
+  bool compute_shard_on_host = false;
   // The compute copy stays gathered for the whole run (no_shard: no release
   // ops). An unsharded unit's compute_shard is then compute itself, so an
   // offloaded step copies the update straight into it instead of keeping a
@@ -86,6 +92,7 @@ class FlatUnit {
   at::ScalarType compute_dtype() const { return compute_dtype_; }
   const at::Device& device() const { return device_; }
   bool master_on_host() const { return master_on_host_; }
+  bool compute_shard_on_host() const { return compute_shard_on_host_; }
 
   at::Tensor& master() { return master_; }  // fp32 [shard_numel]
   at::Tensor& grad() { return grad_; }      // fp32 [shard_numel], on the device
@@ -93,7 +100,7 @@ class FlatUnit {
   const at::Tensor& compute_grad() const { return compute_grad_; }  // [padded_numel]
   // Undefined unless group_size > 1, master_on_host or compute_resident;
   // compute itself when unsharded and compute_resident.
-  const at::Tensor& compute_shard() const { return compute_shard_; }  // [shard_numel], device
+  const at::Tensor& compute_shard() const { return compute_shard_; }  // [shard_numel]
 
   // The model's parameters for this unit (aliases of compute(), requires_grad,
   // .grad aliases of compute_grad()), in shapes() order.
@@ -153,6 +160,7 @@ class FlatUnit {
   at::ScalarType compute_dtype_;
   at::Device device_;
   bool master_on_host_ = false;
+  bool compute_shard_on_host_ = false;
   bool compute_resident_ = false;
   at::Tensor master_, grad_, compute_, compute_grad_, compute_shard_;
   std::vector<at::Tensor> params_;

@@ -53,7 +53,8 @@ std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan
   options.group_size = plan.shard_group_size;
   options.rank = shard_rank;
   options.compute_dtype = ComputeDtype(plan);
-  options.master_on_host = OffloadsOptimizer(plan.offload);
+  options.master_on_host = OffloadsOptimizer(plan.offload) || OffloadsParams(plan.offload);
+  options.compute_shard_on_host = OffloadsOptimizer(plan.offload) && OffloadsParams(plan.offload);
   // no_shard programs never release (and never gather: the optimizer step
   // refreshes the resident copy).
   options.compute_resident = plan.strategy == ShardingStrategy::kNoShard;
@@ -91,7 +92,7 @@ std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan
         unit.SetMasterFromFull(full[u - first]);  // this rank's slice
       }
       full[u - first] = at::Tensor();
-      if (unit.group_size() == 1) {
+      if (unit.group_size() == 1 && options.compute_resident) {
         unit.GatherLocal();
         unit.ReleaseComputeGrad();  // each backward materialises it (15 GiB of bf16 idle for an 8B model)
       } else {

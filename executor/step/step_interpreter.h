@@ -39,6 +39,14 @@
 //                   shard copied to pinned host memory on its own stream, the
 //                   threaded CPU AdamW (cpu_adamw.h) writing a pinned
 //                   compute-dtype staging shard, copied up into the compute shard.
+//   h2d master / adamw / d2h master   offload params: the fp32 master lives in
+//                   pinned host memory; a device copy of it exists only from
+//                   its h2d op to its d2h op, around the GPU AdamW.
+//   h2d params (before a gather)      offload optimizer+params: the
+//                   compute-dtype shard lives in pinned host memory (the CPU
+//                   AdamW writes it there) and is copied into a device buffer
+//                   just ahead of each gather, which sends it (or, on one GPU,
+//                   copies it into the compute buffer) and drops it.
 // A collective is issued and not waited for; an op that depends on one makes
 // its stream wait for it (an event: the host does not block), which also
 // covers every collective issued before it on that communicator's stream.
@@ -99,8 +107,8 @@ class StepInterpreter {
   // REQUIRES: units were made for `model` on `device` (MakeShardedUnits for
   // `plan`); program built from `plan`; plan.model matches the model;
   // optimizer state on the host iff the plan offloads the optimizer. Throws
-  // UserError for a program this executor cannot run (parameter offload;
-  // several GPUs without communicators of the plan's group sizes).
+  // UserError for a program this executor cannot run (several GPUs without
+  // communicators of the plan's group sizes).
   StepInterpreter(const Plan& plan, const LlamaModel& model, std::vector<FlatUnit>& units, AdamW& optimizer,
                   StepProgram program, const at::Device& device, StepComms comms = {});
   ~StepInterpreter();
@@ -172,7 +180,8 @@ class StepInterpreter {
   at::Device device_;
   RopeTable rope_;
   StepComms comms_;
-  bool offload_ = false;
+  bool offload_ = false;         // the optimizer runs on the host
+  bool params_on_host_ = false;  // the fp32 master (and, with offload_, the compute shard) lives on the host
   std::set<Key> recomputed_;  // (unit, micro-batch) with a recompute op: forward keeps only the input
   StepRecorder recorder_;
   // Offload: pinned host buffers per unit (fp32 grad shard, compute-dtype
@@ -187,6 +196,8 @@ class StepInterpreter {
   std::map<int, at::Tensor> grad_flowing_;  // micro-batch -> dL/d(output of the unit below)
   std::map<int, at::Tensor> reduce_input_;  // unit -> its gradient in the reduce dtype, read by the reduce-scatter
   std::map<int, at::Tensor> reduced_shard_;  // reduce-scatter op id -> the shard it writes
+  std::map<int, at::Tensor> param_staging_;   // unit -> its compute shard copied up for the next gather
+  std::map<int, at::Tensor> master_staging_;  // unit -> its fp32 master copied up for the GPU AdamW
   at::Tensor loss_sum_, norm_sq_;
   double grad_norm_ = 0;
   bool skip_update_ = false;

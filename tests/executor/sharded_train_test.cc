@@ -325,6 +325,24 @@ TEST_F(ShardedTraining, OffloadedOptimizerEqualsDeviceOptimizer) {
   EXPECT_LT(MaxDifference(offloaded / "final.safetensors", resident / "final.safetensors"), 1e-6);
 }
 
+TEST_F(ShardedTraining, OffloadedParametersEqualDeviceParameters) {
+  // Two Gloo ranks: the fp32 master on the host around the device AdamW
+  // (params) equals the resident run to the bit; streaming the compute shard
+  // up before every gather (optimizer+params) equals offloading the optimizer
+  // alone to the bit.
+  Job job;
+  job.offload = Offload::kParams;
+  const fs::path params = Check(job, "full_shard_offload_params");
+  job.offload = Offload::kNone;
+  const fs::path resident = Check(job, "full_shard_resident");
+  EXPECT_EQ(MaxDifference(params / "final.safetensors", resident / "final.safetensors"), 0);
+  job.offload = Offload::kOptimizerAndParams;
+  const fs::path both = Check(job, "full_shard_offload_both");
+  job.offload = Offload::kOptimizer;
+  const fs::path optimizer = Check(job, "full_shard_offload_optimizer");
+  EXPECT_EQ(MaxDifference(both / "final.safetensors", optimizer / "final.safetensors"), 0);
+}
+
 TEST_F(ShardedTraining, RanksReadingATokenFileEqualOneProcessOnTheWholeBatch) {
   // The batch loader gives rank r rows r*micro_batch.. of every global
   // micro-batch (shuffled windows, same seed): together the ranks see exactly

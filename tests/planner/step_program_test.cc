@@ -213,7 +213,8 @@ std::vector<Plan> AllConfigurations() {
   for (Offload o : {Offload::kNone, Offload::kOptimizer, Offload::kParams, Offload::kOptimizerAndParams}) {
     plans.push_back(TinyPlan(4, ShardingStrategy::kFullShard, 0, o));
     plans.push_back(TinyPlan(4, ShardingStrategy::kShardGradOp, 0, o));
-    plans.push_back(TinyPlan(4, ShardingStrategy::kNoShard, 0, o));
+    // Streamed parameters need gathers (Plan::Validate refuses no_shard).
+    if (o != Offload::kOptimizerAndParams) plans.push_back(TinyPlan(4, ShardingStrategy::kNoShard, 0, o));
     plans.push_back(TinyPlan(8, ShardingStrategy::kHybridShard, 4, o));
     plans.push_back(TinyPlan(1, ShardingStrategy::kFullShard, 0, o));
     Plan ck = TinyPlan(4, ShardingStrategy::kFullShard, 0, o);
