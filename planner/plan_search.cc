@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "planner/step_program.h"
 #include "base/user_error.h"
@@ -118,6 +120,7 @@ int64_t SearchGradAccumLimit(const ModelSpec& model) {
 namespace {
 
 struct Choice {
+  int gpus;
   ShardingStrategy strategy;
   int group;
   int64_t micro_batch;
@@ -152,8 +155,8 @@ class Searcher {
     return plan;
   }
 
-  // `param_offload`: also the offloads that move parameters to the host.
-  std::vector<Choice> Choices(int gpus, bool param_offload) const {
+  // Every (strategy, group, micro-batch, grad-accum) with each of `offloads`.
+  std::vector<Choice> Choices(int gpus, const std::vector<Offload>& offloads) const {
     std::vector<std::pair<ShardingStrategy, int>> strategies;
     auto add_strategy = [&](ShardingStrategy s) {
       if (s == ShardingStrategy::kHybridShard) {
@@ -230,15 +233,14 @@ class Searcher {
         for (int64_t mb = 1; mb <= 64; mb *= 2) batches.emplace_back(mb, ga);
       }
     }
-    std::vector<Offload> offloads;
-    if (req_.offload) offloads = {*req_.offload};
-    else if (param_offload) offloads = {Offload::kParams, Offload::kOptimizerAndParams};
-    else offloads = {Offload::kNone, Offload::kOptimizer};
-
     std::vector<Choice> out;
     for (auto [s, g] : strategies)
       for (auto [mb, ga] : batches)
-        for (Offload o : offloads) out.push_back({s, g, mb, ga, o});
+        for (Offload o : offloads) {
+          // Streamed parameters need gathers to stream into (Plan::Validate).
+          if (o == Offload::kOptimizerAndParams && s == ShardingStrategy::kNoShard) continue;
+          out.push_back({gpus, s, g, mb, ga, o});
+        }
     return out;
   }
 
@@ -300,25 +302,77 @@ class Searcher {
     std::vector<Estimate> feasible, infeasible;
   };
 
-  // Parameter offload (params, optimizer+params) is searched only when
-  // nothing else fits at this count, or when pinned: `llmplan run` does not
-  // execute it yet, and where optimizer offload fits, streaming parameters
-  // through the host link as well seldom pays (the search found them within
-  // 0.5% of it at best, e.g. Llama-3-8B on one H200).
+  // Parameter offload (params, optimizer+params) only adds copies to a
+  // plan's step; what it can buy is recompute: the memory it frees (the fp32
+  // master, or the compute-dtype shard) lets fewer blocks be checkpointed.
+  // So its variant of a plan is evaluated only where that could make it the
+  // fastest: where the plan without it (none, optimizer) does not fit, or
+  // where removing the recompute those freed bytes can pay for would make
+  // that plan faster than the best found. That bound keeps the search as fast
+  // as before on a model whose blocks are large next to its shards (a 70B
+  // block's activations are GiBs; its master shard on 64 GPUs 4 GiB) and
+  // still finds the plans where offload pays.
   AtCount SearchAt(int gpus) {
-    AtCount out = SearchChoices(gpus, /*param_offload=*/false);
-    if (out.feasible.empty() && !req_.offload) {
-      AtCount more = SearchChoices(gpus, /*param_offload=*/true);
-      out.feasible = std::move(more.feasible);
-      for (auto& e : more.infeasible) out.infeasible.push_back(std::move(e));
-      SortInfeasible(out);
+    if (req_.offload) return SearchChoices(Choices(gpus, {*req_.offload}));
+    AtCount out = SearchChoices(Choices(gpus, {Offload::kNone, Offload::kOptimizer}));
+    const double best = out.feasible.empty() ? 0 : out.feasible.front().tokens_per_second_per_gpu;
+    auto key = [](ShardingStrategy s, int group, int64_t mb, int64_t ga, Offload o) {
+      return std::make_tuple(static_cast<int>(s), group, mb, ga, static_cast<int>(o));
+    };
+    std::map<std::tuple<int, int, int64_t, int64_t, int>, const Estimate*> without_it;  // fitted or closest
+    for (const auto* list : {&out.feasible, &out.infeasible}) {
+      for (const Estimate& e : *list) {
+        const Plan& p = e.plan;
+        without_it[key(p.strategy, p.shard_group_size, p.micro_batch, p.grad_accum, p.offload)] = &e;
+      }
     }
+    std::vector<Choice> more;
+    for (const Choice& c : Choices(gpus, {Offload::kParams, Offload::kOptimizerAndParams})) {
+      const Offload without = c.offload == Offload::kParams ? Offload::kNone : Offload::kOptimizer;
+      auto it = without_it.find(key(c.strategy, c.group, c.micro_batch, c.grad_accum, without));
+      if (it == without_it.end() || CouldBeat(*it->second, c.offload, best)) more.push_back(c);
+    }
+    AtCount extra = SearchChoices(more);
+    for (auto& e : extra.feasible) out.feasible.push_back(std::move(e));
+    for (auto& e : extra.infeasible) out.infeasible.push_back(std::move(e));
+    SortFeasible(out);
+    SortInfeasible(out);
     return out;
   }
 
-  AtCount SearchChoices(int gpus, bool param_offload) {
+  // Whether `fitted`'s plan with parameter offload `o` could be faster than
+  // `best`: an upper bound on its speed is its step less the recompute of the
+  // blocks the freed bytes could keep (each kept block costs its full
+  // activations less its checkpointed input), the offload's copies free.
+  // For a plan that did not fit even with its blocks checkpointed: whether
+  // the freed bytes cover what it lacked (the host only ever gets fuller).
+  bool CouldBeat(const Estimate& fitted, Offload o, double best) const {
+    const Plan& p = fitted.plan;
+    const double shard_params = static_cast<double>(p.model.TotalParams()) / p.shard_group_size + (p.model.layers + 2);
+    const double freed = (o == Offload::kParams ? 4.0 : DTypeBytes(p.param_dtype)) * shard_params;
+    if (!fitted.fits) {
+      const MemoryEstimate& m = fitted.memory;
+      if (m.host_bytes > m.host_capacity_bytes) return false;
+      return m.device_peak_bytes * (1 + m.margin_fraction) - m.capacity_bytes < freed;
+    }
+    if (p.checkpoint_layers.empty() || req_.checkpoint_layers) return false;  // nothing to buy back
+    double recompute = 0;
+    for (const auto& [name, seconds] : fitted.time.breakdown)
+      if (name == "recompute") recompute = seconds;
+    const BlockActivationBytes act = BlockActivations(p, profile_);
+    const double per_block = std::max(act.full - act.checkpointed, 1.0);
+    const double checkpointed = static_cast<double>(p.checkpoint_layers.size());
+    const double kept = std::min(checkpointed, std::floor(freed / per_block) + 1);
+    const double step = fitted.time.step_seconds;
+    const double bound_step = step - recompute * kept / checkpointed;
+    if (!(bound_step > 0)) return true;
+    return fitted.tokens_per_second_per_gpu * step / bound_step > best;
+  }
+
+  AtCount SearchChoices(const std::vector<Choice>& choices) {
     AtCount out;
-    for (const Choice& c : Choices(gpus, param_offload)) {
+    for (const Choice& c : choices) {
+      const int gpus = c.gpus;
       Plan plan = BasePlan(gpus);
       plan.strategy = c.strategy;
       plan.shard_group_size = c.group;
@@ -331,18 +385,22 @@ class Searcher {
       Estimate e = FitCheckpoints(plan);
       (e.fits ? out.feasible : out.infeasible).push_back(std::move(e));
     }
-    auto faster = [](const Estimate& a, const Estimate& b) {
-      if (a.tokens_per_second_per_gpu != b.tokens_per_second_per_gpu)
-        return a.tokens_per_second_per_gpu > b.tokens_per_second_per_gpu;
-      return a.memory.device_peak_bytes < b.memory.device_peak_bytes;
-    };
-    std::sort(out.feasible.begin(), out.feasible.end(), faster);
+    SortFeasible(out);
     SortInfeasible(out);
     return out;
   }
 
+  // Fastest first; equal speed: less memory first.
+  static void SortFeasible(AtCount& out) {
+    std::stable_sort(out.feasible.begin(), out.feasible.end(), [](const Estimate& a, const Estimate& b) {
+      if (a.tokens_per_second_per_gpu != b.tokens_per_second_per_gpu)
+        return a.tokens_per_second_per_gpu > b.tokens_per_second_per_gpu;
+      return a.memory.device_peak_bytes < b.memory.device_peak_bytes;
+    });
+  }
+
   static void SortInfeasible(AtCount& out) {
-    std::sort(out.infeasible.begin(), out.infeasible.end(), [](const Estimate& a, const Estimate& b) {
+    std::stable_sort(out.infeasible.begin(), out.infeasible.end(), [](const Estimate& a, const Estimate& b) {
       return a.memory.device_peak_bytes - a.memory.capacity_bytes < b.memory.device_peak_bytes - b.memory.capacity_bytes;
     });
   }
