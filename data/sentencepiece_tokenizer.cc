@@ -28,6 +28,7 @@
 #include <limits>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "base/user_error.h"
 #include "data/bpe.h"
@@ -185,6 +186,7 @@ class UnigramModel {
       if (p.type == kNormal || p.type == kUserDefined) {
         pieces_.emplace(p.text, Entry{static_cast<uint32_t>(i), p.score, p.type == kUserDefined});
         max_piece_bytes_ = std::max(max_piece_bytes_, p.text.size());
+        for (size_t cut = 1; cut < p.text.size(); ++cut) prefixes_.emplace(p.text.substr(0, cut));
       }
     }
     unk_score_ = min_score - 10.0f;  // SentencePiece's kUnkPenalty
@@ -224,7 +226,8 @@ class UnigramModel {
           }
           if (end - start == mblen) has_single = true;
         }
-        if (end >= size) break;
+        // No longer piece starts with this one: the trie walk would end here.
+        if (end >= size || prefixes_.find(text.substr(start, end - start)) == prefixes_.end()) break;
         int next_len;
         unicode::DecodeUtf8(text, end, &next_len);
         end += static_cast<size_t>(next_len);
@@ -255,6 +258,7 @@ class UnigramModel {
     bool user_defined;
   };
   std::unordered_map<std::string, Entry, StringHash, std::equal_to<>> pieces_;
+  std::unordered_set<std::string, StringHash, std::equal_to<>> prefixes_;  // of longer pieces
   uint32_t unk_id_;
   float max_score_;
   float unk_score_;

@@ -5,7 +5,7 @@
 //
 //   build/tools/tokenizer_bench --benchmark_min_time=2
 //
-// LLMPLAN_TOKENIZERS: the folder holding gpt2/, llama3/, mistral/, llama2/
+// LLMPLAN_TOKENIZERS: the folder holding gpt2/, llama3/, mistral/, llama2/, sp_unigram/
 // (default: the build tree's). LLMPLAN_BENCH_TEXT: the text (default: the
 // fortunes package's computers, cookie, definitions, fortunes, science files).
 #include <cstdlib>
@@ -48,7 +48,7 @@ const std::string& Text() {
 
 std::string Path(const std::string& name) {
   return Env("LLMPLAN_TOKENIZERS", LLMPLAN_TOKENIZER_FIXTURES) + "/" + name +
-         (name == "llama2" ? "/tokenizer.model" : "/tokenizer.json");
+         (name == "llama2" || name == "sp_unigram" ? "/tokenizer.model" : "/tokenizer.json");
 }
 
 void BM_Encode(benchmark::State& state, const std::string& name) {
@@ -88,6 +88,7 @@ BENCHMARK_CAPTURE(BM_Encode, gpt2, std::string("gpt2"))->Unit(benchmark::kMillis
 BENCHMARK_CAPTURE(BM_Encode, llama3, std::string("llama3"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Encode, mistral, std::string("mistral"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Encode, llama2, std::string("llama2"))->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Encode, sp_unigram, std::string("sp_unigram"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Load, llama3, std::string("llama3"))->Unit(benchmark::kMillisecond)->Iterations(2);
 BENCHMARK_CAPTURE(BM_Load, llama2, std::string("llama2"))->Unit(benchmark::kMillisecond)->Iterations(2);
 
