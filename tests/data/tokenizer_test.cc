@@ -201,7 +201,7 @@ TEST(TokenizerTest, DecodeGivesTheTextBack) {
 }
 
 TEST(TokenizerTest, SplittingAtLineStartsGivesTheSameIds) {
-  const std::string text = ReadAll("/usr/share/games/fortunes/debian").substr(0, 6000);
+  const std::string text = ReadAll(kReferences + "/reference/corpus.txt").substr(0, 6000);  // fortunes
   ASSERT_GT(text.size(), 1000u);
   for (const std::string name : {"gpt2", "llama3", "mistral", "llama2"}) {
     const Tokenizer& t = Fixture(name);
