@@ -219,9 +219,11 @@ class HfTokenizer final : public Tokenizer {
   bool ProbeLineBoundaries() const;
 
   std::string Normalize(std::string_view text, bool prepend) const;
-  // Pre-tokenizes one normalized segment; `text_start`: it starts the
-  // document (Metaspace's prepend_scheme "first").
-  void PreTokenize(std::string_view text, bool text_start, std::vector<std::string_view>* pieces,
+  // Pre-tokenizes one normalized segment. `text_start`: it starts the
+  // document (Metaspace's prepend_scheme "first"); `prefix`: its first piece
+  // may get a prefix space (false for the continuation of a document split
+  // at a line start, where the whole document has none).
+  void PreTokenize(std::string_view text, bool text_start, bool prefix, std::vector<std::string_view>* pieces,
                    std::deque<std::string>* arena) const;
   void EncodeSegment(std::string_view text, bool text_start, bool prepend, std::vector<uint32_t>* ids) const;
 
@@ -632,7 +634,7 @@ bool HfTokenizer::ProbeLineBoundaries() const {
                             "x's\nbc", "\nbc", "x!!\nbc", "x\n \nbc", "1.\n\nbc"}) {
     std::vector<std::string_view> pieces;
     std::deque<std::string> arena;
-    PreTokenize(probe, false, &pieces, &arena);
+    PreTokenize(probe, false, false, &pieces, &arena);
     if (pieces.empty() || pieces.back() != "bc") return false;
   }
   return true;
@@ -689,8 +691,8 @@ std::string HfTokenizer::Normalize(std::string_view text, bool prepend) const {
   return s;
 }
 
-void HfTokenizer::PreTokenize(std::string_view text, bool text_start, std::vector<std::string_view>* pieces,
-                              std::deque<std::string>* arena) const {
+void HfTokenizer::PreTokenize(std::string_view text, bool text_start, bool prefix,
+                              std::vector<std::string_view>* pieces, std::deque<std::string>* arena) const {
   // Pieces are views of `text` or of strings a step rewrote, kept in `arena`.
   std::vector<std::string_view> current{text};
   std::vector<std::string_view> next;
@@ -700,7 +702,7 @@ void HfTokenizer::PreTokenize(std::string_view text, bool text_start, std::vecto
       std::string_view piece = current[i];
       switch (step.kind) {
         case PreTokenizerStep::kByteLevel:
-          if (step.add_prefix_space && !StartsWith(piece, " ")) {
+          if (step.add_prefix_space && (prefix || i > 0) && !StartsWith(piece, " ")) {
             std::string prefixed;
             prefixed.reserve(piece.size() + 1);
             prefixed.push_back(' ');
@@ -717,7 +719,8 @@ void HfTokenizer::PreTokenize(std::string_view text, bool text_start, std::vecto
         case PreTokenizerStep::kMetaspace: {
           std::string rewritten(piece);
           ReplaceAll(&rewritten, " ", step.replacement);
-          const bool prepend = step.prepend == Prepend::kAlways || (step.prepend == Prepend::kFirst && i == 0 && text_start);
+          const bool prepend = (step.prepend == Prepend::kAlways && (prefix || i > 0)) ||
+                               (step.prepend == Prepend::kFirst && i == 0 && text_start);
           if (prepend && !StartsWith(rewritten, step.replacement)) rewritten = step.replacement + rewritten;
           arena->push_back(std::move(rewritten));
           piece = arena->back();
@@ -762,7 +765,7 @@ void HfTokenizer::EncodeSegment(std::string_view text, bool text_start, bool pre
   std::vector<std::string_view> pieces;
   std::deque<std::string> arena;
   if (norm_matcher_.empty()) {
-    PreTokenize(text, text_start, &pieces, &arena);
+    PreTokenize(text, text_start, prepend, &pieces, &arena);
   } else {
     bool first = true;
     for (const auto& s : norm_matcher_.Split(text)) {
@@ -771,7 +774,9 @@ void HfTokenizer::EncodeSegment(std::string_view text, bool text_start, bool pre
         pieces.clear();
         ids->push_back(s.id);
       } else {
-        PreTokenize(text.substr(s.begin, s.end - s.begin), text_start && first && s.begin == 0, &pieces, &arena);
+        const bool at_start = first && s.begin == 0;
+        PreTokenize(text.substr(s.begin, s.end - s.begin), text_start && at_start, prepend || !at_start, &pieces,
+                    &arena);
       }
       first = false;
     }

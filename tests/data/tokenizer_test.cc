@@ -260,6 +260,9 @@ TEST(TokenizerTest, SmallHandWrittenFilesFollowTheirConfiguration) {
   // add_prefix_space: " Hello" " world"; 'r' and 'd' are not in the vocabulary.
   EXPECT_EQ(Encode(*t, "Hello world"), (std::vector<uint32_t>{7, 6, 3, 8, 3, 2}));
   EXPECT_EQ(t->Decode({6, 3, 8}), "Hello w");
+  std::vector<uint32_t> continued_bytes;
+  t->Encode("Hello world", false, &continued_bytes);  // the middle of a document: no prefix space
+  EXPECT_EQ(continued_bytes, (std::vector<uint32_t>{6, 3, 8, 3, 2}));
   // Metaspace with prepend_scheme "first", digits split one by one, unk fused.
   std::ofstream(dir + "/meta.json") << R"({
       "added_tokens": [{"id": 0, "content": "<unk>"}, {"id": 2, "content": "</s>"}],
