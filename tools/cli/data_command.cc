@@ -310,7 +310,7 @@ void RunPrepare(const PrepareOptions& options) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string width = token_bytes == 2 ? "uint16" : "uint32";
   char rate[96];
-  std::snprintf(rate, sizeof(rate), " in %.1f s (%.1f MB/s, %d thread%s)", seconds,
+  std::snprintf(rate, sizeof(rate), seconds < 10 ? " in %.2f s (%.1f MB/s, %d thread%s)" : " in %.0f s (%.1f MB/s, %d thread%s)", seconds,
                 seconds > 0 ? total_bytes / 1e6 / seconds : 0.0, threads, threads == 1 ? "" : "s");
   std::cout << "llmplan: wrote " << tokens << " tokens (" << pipeline.documents() << " documents, "
             << tokenizer->description() << ") to " << options.out << " ("
