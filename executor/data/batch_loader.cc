@@ -1,5 +1,5 @@
 // BatchLoader: the sample order, the host-side read and vocabulary check, and
-// the producer thread. The scheme is documented in batch_loader.h.
+// the worker threads. The scheme is documented in batch_loader.h.
 #include "executor/data/batch_loader.h"
 
 #include <algorithm>
@@ -43,7 +43,10 @@ std::unique_ptr<TokenFile> OpenChecked(const BatchLoaderOptions& o) {
                     ": check RANK and WORLD_SIZE");
   }
   if (o.vocab < 1) throw UserError("the model's vocab must be >= 1 (got " + std::to_string(o.vocab) + ")");
-  if (o.prefetch < 1) throw UserError("prefetch must be >= 1 (got " + std::to_string(o.prefetch) + ")");
+  if (o.prefetch < 1) throw UserError("--loader-prefetch must be >= 1 (got " + std::to_string(o.prefetch) + ")");
+  if (o.workers < 1 || o.workers > o.prefetch)
+    throw UserError("--loader-workers must be between 1 and --loader-prefetch (" + std::to_string(o.prefetch) + "), got " +
+                    std::to_string(o.workers) + ": a worker reads only what the prefetch depth leaves room for");
   auto file = std::make_unique<TokenFile>(o.path, o.format);
   if (file->size() < o.seq_len + 1) {
     throw UserError(o.path + ": " + std::to_string(file->size()) + " tokens, fewer than one sample of seq_len + 1 = " +
@@ -133,11 +136,12 @@ BatchLoader::BatchLoader(const BatchLoaderOptions& options, DataPosition start)
       file_(OpenChecked(options)),
       order_(file_->size(), options.seq_len, options.seed, options.shuffle),
       pin_memory_(torch::cuda::is_available()),
+      start_(start),
       position_(start) {
   if (start.next_sample < 0) {
     throw UserError("data position " + std::to_string(start.next_sample) + " is negative: the checkpoint is corrupt");
   }
-  producer_ = std::thread([this, start] { Produce(start); });
+  for (int w = 0; w < options_.workers; ++w) workers_.emplace_back([this] { Work(); });
 }
 
 BatchLoader::~BatchLoader() {
@@ -146,20 +150,23 @@ BatchLoader::~BatchLoader() {
     stop_ = true;
   }
   has_space_.notify_all();
-  if (producer_.joinable()) producer_.join();
+  for (std::thread& w : workers_) w.join();
 }
 
-void BatchLoader::Produce(DataPosition start) {
+void BatchLoader::Work() {
   const int64_t per_call = static_cast<int64_t>(options_.world) * options_.micro_batch;
-  int64_t next_sample = start.next_sample;
   for (;;) {
+    int64_t index = 0;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      has_space_.wait(lock, [this] { return stop_ || queue_.size() < static_cast<size_t>(options_.prefetch); });
-      if (stop_) return;
+      has_space_.wait(lock, [this] { return stop_ || claims_stopped_ || next_claim_ - next_take_ < options_.prefetch; });
+      if (stop_ || claims_stopped_) return;
+      index = next_claim_++;
     }
-    // Read outside the lock: this is the slow part (page faults, copies).
+    // Read outside the lock: this is the slow part (page faults, copies), and
+    // what several workers do at once.
     Item item;
+    const int64_t next_sample = start_.next_sample + index * per_call;
     try {
       const int64_t first = next_sample + static_cast<int64_t>(options_.rank) * options_.micro_batch;
       item.batch.tokens = ReadSamples(*file_, order_, first, options_.micro_batch, options_.vocab, pin_memory_);
@@ -171,20 +178,29 @@ void BatchLoader::Produce(DataPosition start) {
     const bool failed = static_cast<bool>(item.error);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(item));
+      ready_.emplace(index, std::move(item));
+      // Nothing after an error is trustworthy: no worker claims another
+      // batch; those already claimed (all before this one or after it) finish.
+      if (failed) claims_stopped_ = true;
     }
-    has_item_.notify_one();
-    if (failed) return;  // the consumer rethrows; nothing after an error is trustworthy
-    next_sample += per_call;
+    has_item_.notify_one();  // the consumer is the only waiter
+    if (failed) {
+      has_space_.notify_all();  // idle workers see claims_stopped_ and return
+      return;
+    }
   }
 }
 
 TokenBatch BatchLoader::Next() {
   std::unique_lock<std::mutex> lock(mu_);
   if (failed_) std::rethrow_exception(failed_);
-  has_item_.wait(lock, [this] { return !queue_.empty(); });
-  Item item = std::move(queue_.front());
-  queue_.pop_front();
+  // Every batch before the first failed one was claimed, so this wait ends:
+  // with the batch, or with the error in its place.
+  has_item_.wait(lock, [this] { return ready_.count(next_take_) != 0; });
+  auto it = ready_.find(next_take_);
+  Item item = std::move(it->second);
+  ready_.erase(it);
+  ++next_take_;
   if (item.error) {
     failed_ = item.error;
     std::rethrow_exception(failed_);

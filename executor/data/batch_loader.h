@@ -1,5 +1,5 @@
 // BatchLoader: training micro-batches from a token file, prepared ahead of time
-// on a background thread so the GPU never waits on the host.
+// on background threads (workers) so the GPU never waits on the host.
 //
 // The sampling scheme (a pure function of plain integers, so a run can resume
 // exactly and re-shard across a different number of GPUs):
@@ -35,12 +35,13 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -98,7 +99,14 @@ struct BatchLoaderOptions {
   int64_t vocab = 0;        // ids >= vocab are errors
   uint64_t seed = 0;        // permutation seed (same on every rank)
   bool shuffle = true;      // false: windows in file order (tests, curriculum data)
-  int prefetch = 4;         // micro-batches prepared ahead (the queue bound)
+  // Micro-batches read ahead: ready or being read, at most this many at once.
+  int prefetch = 4;
+  // Threads reading micro-batches, each a whole one at a time; Next() hands
+  // them out in order whichever finishes first. More than one helps when one
+  // thread cannot read a micro-batch within a step (a slow or remote disk,
+  // large rows). REQUIRES: 1 <= workers <= prefetch (a worker only reads what
+  // prefetch leaves room for, so more would sit idle).
+  int workers = 1;
 };
 
 // One micro-batch for this rank.
@@ -113,20 +121,20 @@ struct TokenBatch {
 class BatchLoader {
  public:
   // Opens the file, checks every token id a sample can read against
-  // options.vocab, and starts the background thread at `start`.
+  // options.vocab, and starts the workers at `start`.
   // REQUIRES: nothing. Throws UserError (on this thread) for bad options, an
   // unreadable or malformed file, a file shorter than seq_len + 1 tokens, or
   // a token id >= vocab (naming the first one's token and byte offsets).
   BatchLoader(const BatchLoaderOptions& options, DataPosition start);
-  // Stops and joins the background thread; batches not taken are dropped.
+  // Stops and joins the workers; batches not taken are dropped.
   ~BatchLoader();
 
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  // The next micro-batch, in order; blocks only when the background thread is
-  // behind. Rethrows the background thread's error (e.g. a token id >= vocab)
-  // here, and again on every later call.
+  // The next micro-batch, in order; blocks only when the workers are behind.
+  // Rethrows a worker's error (e.g. a token id >= vocab) when its batch is
+  // next, and again on every later call.
   TokenBatch Next();
 
   // Position after the last batch Next() returned (the start position before
@@ -142,21 +150,28 @@ class BatchLoader {
     TokenBatch batch;
     std::exception_ptr error;
   };
-  void Produce(DataPosition start);
+  void Work();
 
   const BatchLoaderOptions options_;
   std::unique_ptr<TokenFile> file_;
   SampleOrder order_;
   bool pin_memory_;
+  const DataPosition start_;
 
   mutable std::mutex mu_;
-  std::condition_variable has_item_;   // producer -> consumer
-  std::condition_variable has_space_;  // consumer -> producer, and stop
-  std::deque<Item> queue_;
+  std::condition_variable has_item_;   // workers -> consumer
+  std::condition_variable has_space_;  // consumer -> workers, and stop
+  // Micro-batch i (counting from start_) reads global samples from
+  // start_ + i * world * micro_batch. Workers claim i = next_claim_++ while
+  // next_claim_ - next_take_ < prefetch; Next() takes ready_[next_take_].
+  std::map<int64_t, Item> ready_;
+  int64_t next_claim_ = 0;
+  int64_t next_take_ = 0;
   bool stop_ = false;
-  std::exception_ptr failed_;  // sticky: once the producer fails, Next() always throws
+  bool claims_stopped_ = false;  // a worker failed: nothing after its batch is read
+  std::exception_ptr failed_;    // sticky: once a batch failed, Next() always throws
   DataPosition position_;
-  std::thread producer_;  // last member: started after everything it reads exists
+  std::vector<std::thread> workers_;  // last member: started after everything they read exists
 };
 
 }  // namespace llmplan::data

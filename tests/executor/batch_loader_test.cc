@@ -1,6 +1,7 @@
 // BatchLoader: the sample order is a permutation and deterministic, ranks
 // partition the global stream, resuming (also at another world size) continues
-// exactly, and a bad token id surfaces as the consumer's error.
+// exactly, several workers hand out the one-worker stream, and a bad token id
+// (or a file that shrinks) surfaces as the consumer's error.
 #include "executor/data/batch_loader.h"
 
 #include <cstdlib>
@@ -215,12 +216,80 @@ TEST_F(BatchLoaderTest, BadTokenNearTheEndOfALargeFileIsFoundUpFront) {
 }
 
 TEST_F(BatchLoaderTest, DestructorStopsAFullQueue) {
-  // The producer fills the queue and blocks; destroying the loader must not hang.
+  // The workers fill the queue and block; destroying the loader must not hang.
   BatchLoaderOptions o = Options(WriteCounting("s.u16", 8 * 100 + 1));
   o.prefetch = 1;
   { BatchLoader loader(o, DataPosition{}); }
   { BatchLoader loader(o, DataPosition{}); loader.Next(); }
+  o.prefetch = 3;
+  o.workers = 3;
+  { BatchLoader loader(o, DataPosition{}); loader.Next(); }
   SUCCEED();
+}
+
+TEST_F(BatchLoaderTest, SeveralWorkersHandOutTheSameBatchesInOrder) {
+  // Workers finish in any order; Next() must still return the one-worker
+  // stream, batch for batch, across epochs, on every rank and from a resumed
+  // position.
+  const std::string path = WriteCounting("w.u16", 8 * 37 + 1);
+  for (const int64_t start : {int64_t{0}, int64_t{10}}) {
+    for (int r = 0; r < 2; ++r) {
+      BatchLoaderOptions one = Options(path);
+      one.rank = r;
+      one.world = 2;
+      BatchLoaderOptions three = one;
+      three.workers = 3;
+      three.prefetch = 5;
+      BatchLoader a(one, DataPosition{start}), b(three, DataPosition{start});
+      for (int i = 0; i < 60; ++i) {  // 240 samples: more than six epochs of 37 windows
+        const TokenBatch x = a.Next(), y = b.Next();
+        ASSERT_TRUE(torch::equal(x.tokens, y.tokens)) << "start " << start << " rank " << r << " batch " << i;
+        EXPECT_EQ(x.first_sample, y.first_sample);
+        EXPECT_EQ(b.position().next_sample, a.position().next_sample);
+      }
+    }
+  }
+}
+
+TEST_F(BatchLoaderTest, SeveralWorkersStopAtAFailedBatchAndKeepFailing) {
+  // The file shrinks while the workers read it: every batch Next() returns
+  // before the error is the right one, the error names the shrink, later
+  // calls fail too, and the loader stops without hanging.
+  const std::string path = WriteCounting("shrink.u16", 8 * 4000 + 1);
+  BatchLoaderOptions o = Options(path);
+  o.shuffle = false;  // batch i reads windows 2i, 2i + 1: its content says which it is
+  o.workers = 3;
+  o.prefetch = 3;
+  BatchLoader loader(o, DataPosition{});
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(loader.Next().tokens[0][0].item<int64_t>(), 2 * i * 8 % 60000);
+  std::filesystem::resize_file(path, 2 * 8 * 20);
+  int64_t taken = 5;
+  try {
+    for (;; ++taken) {
+      const TokenBatch b = loader.Next();
+      ASSERT_EQ(b.tokens[0][0].item<int64_t>(), 2 * taken * 8 % 60000) << "batch " << taken << " out of order";
+      ASSERT_LT(taken, 4000) << "never failed";
+    }
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("shrank"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(loader.Next(), UserError);
+}
+
+TEST_F(BatchLoaderTest, MoreWorkersThanPrefetchIsRefused) {
+  BatchLoaderOptions o = Options(WriteCounting("p.u16", 8 * 10 + 1));
+  o.workers = 4;
+  o.prefetch = 2;
+  try {
+    BatchLoader loader(o, DataPosition{});
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--loader-workers must be between 1 and --loader-prefetch (2), got 4"),
+              std::string::npos)
+        << e.what();
+  }
+  o.workers = 0;
+  EXPECT_THROW(BatchLoader(o, DataPosition{}), UserError);
 }
 
 TEST_F(BatchLoaderTest, FileShorterThanOneSampleAndBadOptions) {
