@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 
 #include "base/atomic_file.h"
 #include "base/user_error.h"
+#include "executor/run/rank_peaks.h"
 
 namespace llmplan::executor {
 
@@ -49,7 +51,21 @@ void KeepStepsUpTo(const std::string& path, int64_t last_step) {
 
 }  // namespace
 
-bool IsRunFile(const std::string& name) { return RunFiles().count(name) != 0; }
+bool IsRunFile(const std::string& name) { return RunFiles().count(name) != 0 || IsRankPeakFile(name); }
+
+double RecordedGpuHours(const std::string& dir) {
+  double hours = 0;
+  const auto take = [&](const nlohmann::json& j) {
+    if (j.is_object() && j.contains("gpu_hours") && j["gpu_hours"].is_number())
+      hours = std::max(hours, j["gpu_hours"].get<double>());
+  };
+  std::ifstream summary(fs::path(dir) / "summary.json");
+  if (summary) take(nlohmann::json::parse(summary, nullptr, false));
+  // Every line, not the last alone: a crash can tear the last one.
+  std::ifstream metrics(fs::path(dir) / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) take(nlohmann::json::parse(line, nullptr, false));
+  return hours;
+}
 
 void CheckRunDirectory(const std::string& dir, RunDirectoryMode mode) {
   if (dir.empty()) throw UserError("--out is empty: name the run directory for metrics and weights");
@@ -88,6 +104,9 @@ RunDirectoryLock::~RunDirectoryLock() {
 }
 
 void PrepareRunDirectory(const std::string& dir, RunDirectoryMode mode, int64_t resumed_step) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
+    if (IsRankPeakFile(e.path().filename().string())) fs::remove(e.path(), ec);
   if (mode == RunDirectoryMode::kOverwrite) {
     for (const std::string& name : RunFiles()) std::remove((fs::path(dir) / name).c_str());
     return;

@@ -29,7 +29,8 @@ enum class RunDirectoryMode {
 // earlier run and mode is kNew (the message says which flag to pass).
 void CheckRunDirectory(const std::string& dir, RunDirectoryMode mode);
 
-// The files a run writes into its directory (no other file is touched).
+// The files a run writes into its directory (no other file is touched),
+// every rank's peak-memory file (rank_peaks.h) included.
 bool IsRunFile(const std::string& name);
 
 class RunDirectoryLock {
@@ -45,9 +46,17 @@ class RunDirectoryLock {
   int fd_ = -1;
 };
 
+// GPU-hours the earlier run in `dir` recorded (run_cost.h): the largest
+// "gpu_hours" in its summary.json and metrics.jsonl; 0 when it recorded none.
+// Read it before PrepareRunDirectory, which drops the metrics of the steps a
+// resume redoes: their GPU time was paid for all the same, so a resumed run's
+// total continues from here, not from its checkpoint's step.
+double RecordedGpuHours(const std::string& dir);
+
 // Makes `dir` ready for a run in `mode`: kOverwrite removes the run files;
 // kResume keeps the metrics of steps <= resumed_step (0: none) and drops the
-// summary, trace and final weights of the earlier attempt.
+// summary, trace, final weights and rank peak files of the earlier attempt;
+// every mode removes rank peak files (a new run's ranks write their own).
 // REQUIRES: the caller holds the directory's lock. Throws UserError when a
 // file cannot be rewritten.
 void PrepareRunDirectory(const std::string& dir, RunDirectoryMode mode, int64_t resumed_step);
