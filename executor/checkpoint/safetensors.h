@@ -10,10 +10,11 @@
 // The writer orders tensors by name and writes to a temporary file that is
 // renamed over the target only when complete, so a crash never leaves a
 // half-written checkpoint under the final name. The reader maps the file and
-// validates the whole header before handing out any tensor: header under
-// 100 MB, known dtypes, non-negative shapes whose byte size equals the span,
-// offsets in range, non-overlapping and gap-free, no duplicate names. Every
-// problem is a UserError with one line naming the file.
+// validates the whole header before handing out any tensor
+// (safetensors_header.h, free of LibTorch: header under 100 MB, known dtypes,
+// non-negative shapes whose byte size equals the span, offsets in range,
+// non-overlapping and gap-free, no duplicate names). Every problem is a
+// UserError with one line naming the file.
 //
 // dtypes: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL map one to one onto torch
 // dtypes. U16 and U32 (token ids, not weights) have no torch dtype in
@@ -29,21 +30,9 @@
 #include <torch/torch.h>
 
 #include "executor/checkpoint/crc32c.h"
+#include "executor/checkpoint/safetensors_header.h"
 
 namespace llmplan::checkpoint {
-
-// Readers refuse headers larger than this (the reference implementation's
-// limit): a hostile length must not make us allocate gigabytes.
-inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
-
-// One tensor's header entry.
-struct SafetensorsEntry {
-  std::string name;
-  std::string dtype;           // as in the file: "BF16", "F32", ...
-  std::vector<int64_t> shape;
-  uint64_t begin = 0;          // byte offsets into the data section, end exclusive
-  uint64_t end = 0;
-};
 
 // Writes `tensors` (ordered by name) and `metadata` to `path`, fsynced, and
 // returns the file's size and CRC-32C (computed as it is written).
@@ -53,14 +42,6 @@ struct SafetensorsEntry {
 // file cannot be written (the target is then left as it was).
 FileDigest WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
                             const std::map<std::string, std::string>& metadata = {});
-
-// Parses and validates a header. `header` is the N JSON bytes (trailing
-// spaces allowed), `data_bytes` the size of the data section. Returns the
-// entries sorted by begin offset and fills `metadata` when non-null. Throws
-// UserError whose message starts with `what` (the file name).
-std::vector<SafetensorsEntry> ParseSafetensorsHeader(const std::string& header, uint64_t data_bytes,
-                                                     const std::string& what,
-                                                     std::map<std::string, std::string>* metadata = nullptr);
 
 // A safetensors file opened for reading: the header is validated on open and
 // tensors are copied out of the mapping one at a time, so a 16 GB checkpoint

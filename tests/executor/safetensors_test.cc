@@ -187,6 +187,26 @@ TEST_F(SafetensorsTest, HostileHeadersAreOneLineErrors) {
   EXPECT_NE(OpenError((dir_ / "absent").string()).find("cannot open"), std::string::npos);
 }
 
+TEST_F(SafetensorsTest, HeaderWhoseElementCountPassesInt64IsRefusedWhateverTheDataSize) {
+  // 2 x (2^63 - 1) one-byte elements: the byte count fits uint64 and a data
+  // section that large would hold it, but LibTorch's sizes are int64 (found
+  // by tests/fuzz/fuzz_safetensors_header, which calls the parser with any
+  // data size; a real file is never that large).
+  const uint64_t bytes = 18446744073709551614ull;
+  const std::string header = R"({"a":{"dtype":"U8","shape":[9223372036854775807,2],"data_offsets":[0,)" +
+                             std::to_string(bytes) + "]}}";
+  try {
+    ParseSafetensorsHeader(header, bytes, "x");
+    ADD_FAILURE() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("shape is too large"), std::string::npos) << e.what();
+  }
+  // A dimension past int64 is refused even when another is 0 (no bytes).
+  EXPECT_THROW(ParseSafetensorsHeader(R"({"a":{"dtype":"U8","shape":[0,9223372036854775808],"data_offsets":[0,0]}})", 0,
+                                      "x"),
+               UserError);
+}
+
 TEST_F(SafetensorsTest, ShardedIndexMapsTensorsToShardFiles) {
   WriteSafetensors((dir_ / "model-00001-of-00002.safetensors").string(), {{"a", torch::zeros({1})}});
   WriteSafetensors((dir_ / "model-00002-of-00002.safetensors").string(), {{"b", torch::ones({1})}});
