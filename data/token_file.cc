@@ -254,6 +254,14 @@ void TokenFile::OpenMegatron() {
   }
   // Sequence lengths are int32; their sum is the token count the .bin must hold.
   if (sequences > static_cast<uint64_t>(file_bytes_)) throw fail("sequence count larger than the .bin");
+  // The lengths must be in the index before they are allocated for: a damaged
+  // count must not ask for gigabytes (a .bin of 20 GB allows 20e9 sequences).
+  constexpr uint64_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
+  struct stat idx_st;
+  if (::stat(idx_path.c_str(), &idx_st) == 0 &&
+      sequences > (static_cast<uint64_t>(idx_st.st_size) - kHeaderBytes) / 4) {
+    throw fail("truncated sequence lengths");
+  }
   std::vector<int32_t> lengths(sequences);
   idx.read(reinterpret_cast<char*>(lengths.data()), static_cast<std::streamsize>(sequences * 4));
   if (!idx) throw fail("truncated sequence lengths");
@@ -329,7 +337,9 @@ int64_t TokenFile::FindTokenAtLeast(uint32_t limit, int64_t end, int threads) co
   std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
   auto scan = [&](int t) {
     try {
-      std::vector<unsigned char> raw(static_cast<size_t>(kBlockTokens * token_bytes_));
+      // A block's worth, or the whole range when it is shorter (a small file
+      // costs no 2 MiB buffer per thread).
+      std::vector<unsigned char> raw(static_cast<size_t>(std::min(kBlockTokens, end) * token_bytes_));
       for (int64_t b = t; b < blocks && b < first_bad_block.load(); b += threads) {
         const int64_t n = std::min(kBlockTokens, end - b * kBlockTokens);
         ReadBytes(ByteOffset(b * kBlockTokens), n * token_bytes_, raw.data());

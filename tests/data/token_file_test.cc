@@ -148,6 +148,29 @@ TEST_F(TokenFileTest, MegatronIndexedDataset) {
             std::string::npos);
 }
 
+TEST_F(TokenFileTest, MegatronSequenceCountBeyondItsIndexIsRefusedBeforeAllocating) {
+  // A 16 GB .bin (sparse: no disk used) allows a count of 4e9 sequences by
+  // its size alone; the index, 34 bytes of header and one length, holds one.
+  // Believing the count would allocate 16 GB of lengths.
+  const std::string bin = (dir_ / "big.bin").string();
+  std::ofstream(bin, std::ios::binary).put('\0');
+  std::filesystem::resize_file(bin, int64_t{16} << 30);
+  std::vector<char> idx;
+  auto put = [&](const void* p, size_t n) { idx.insert(idx.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n); };
+  put("MMIDIDX\0\0", 9);
+  const uint64_t version = 1, sequences = 4'000'000'000, documents = 2;
+  const uint8_t dtype = 8;
+  put(&version, 8);
+  put(&dtype, 1);
+  put(&sequences, 8);
+  put(&documents, 8);
+  const int32_t length = 3;
+  put(&length, 4);
+  Write("big.idx", idx.data(), idx.size());
+  const std::string message = ErrorOf([&] { TokenFile f(bin, TokenFileFormat::kMegatron); });
+  EXPECT_NE(message.find("big.idx: truncated sequence lengths"), std::string::npos) << message;
+}
+
 TEST_F(TokenFileTest, EmptyFileIsAClearError) {
   const std::string path = Write("empty.bin", "", 0);
   const std::string message = ErrorOf([&] { TokenFile f(path); });
