@@ -449,7 +449,10 @@ bool UnderExternalLauncher() {
   return false;
 }
 
-int LaunchLocalRanks(const LaunchSpec& spec) {
+int LaunchLocalRanks(const LaunchSpec& spec) { return LaunchLocalRanks(spec, nullptr); }
+
+int LaunchLocalRanks(const LaunchSpec& spec, std::string* failure_line) {
+  if (failure_line != nullptr) failure_line->clear();
   if (spec.nprocs < 1) throw std::runtime_error("launcher: nprocs must be at least 1");
   if (spec.argv.empty()) throw std::runtime_error("launcher: empty argv");
   if (spec.master_port < 0 || spec.master_port > 65535) {
@@ -636,6 +639,7 @@ int LaunchLocalRanks(const LaunchSpec& spec) {
     if (!cause.empty()) message += ": " + cause;
     message += "; stopped the other " + Ranks(stopped) + tail + "\n";
     WriteAll(STDERR_FILENO, message);
+    if (failure_line != nullptr) *failure_line = message.substr(9, message.size() - 10);  // "llmplan: ", "\n"
     // The rank's own status, so llmplan's convention (2: bad input) survives
     // the launcher; a shell's 128 + signal for a rank that was killed.
     if (WIFSIGNALED(c.status)) return 128 + WTERMSIG(c.status);

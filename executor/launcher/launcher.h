@@ -67,6 +67,10 @@ struct LaunchSpec {
 // Throws std::runtime_error if the children cannot be started (any already
 // started are stopped first).
 int LaunchLocalRanks(const LaunchSpec& spec);
+// The same; when a rank failed, *failure_line (if not null) is set to the
+// line printed, without its "llmplan: " and newline (for the run's summary:
+// rank 0 saw only a consequence, e.g. a collective whose peer died); else "".
+int LaunchLocalRanks(const LaunchSpec& spec, std::string* failure_line);
 
 // True when torchrun (RANK and WORLD_SIZE) or Slurm with more than one task
 // (SLURM_PROCID and SLURM_NTASKS > 1) has placed this process: it must run as

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -114,7 +115,10 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
 }
 
 void MetricsLog::Finish(const RunSummary& s) {
-  nlohmann::json j = {{"steps", s.steps},
+  nlohmann::json j = {{"status", s.status},
+                      {"error", s.error},
+                      {"last_step", s.last_step},
+                      {"steps", s.steps},
                       {"start_step", s.start_step},
                       {"resumed_from", s.resumed_from},
                       {"stopped_by", s.stopped_by},
@@ -135,14 +139,22 @@ void MetricsLog::Finish(const RunSummary& s) {
                       {"device", s.device},
                       {"torch_version", s.torch_version},
                       {"attention_backend", s.attention_backend}};
+  // Printed before it is written: a summary that cannot be written (a full
+  // disk) is still on the terminal.
+  if (progress_) Print(s);
   if (!run_dir_.empty()) WriteFileAtomically(run_dir_ + "/summary.json", j.dump(1) + "\n", "run summary");
-  if (!progress_) return;
+}
+
+void MetricsLog::Print(const RunSummary& s) {
   if (terminal_) std::cout << "\n";
+  const std::string how = s.status == "failed"    ? "failed at step " + std::to_string(s.last_step) + " after"
+                          : s.status == "stopped" ? "stopped by " + s.stopped_by + ":"
+                                                  : "done:";
   char line[320];
   std::snprintf(line, sizeof line,
-                "%s: %lld steps in %.1fs  loss %.4f -> %.4f  %.0f tok/s/%s  mfu %.1f%%  hfu %.1f%%  peak %.2f GiB "
+                "%s %lld steps in %.1fs  loss %.4f -> %.4f  %.0f tok/s/%s  mfu %.1f%%  hfu %.1f%%  peak %.2f GiB "
                 "allocated / %.2f GiB reserved (%s)",
-                s.stopped_by.empty() ? "done" : ("stopped by " + s.stopped_by).c_str(), static_cast<long long>(s.steps), s.total_s, s.first_loss, s.final_loss, s.mean_tokens_per_s_per_gpu,
+                how.c_str(), static_cast<long long>(s.steps), s.total_s, s.first_loss, s.final_loss, s.mean_tokens_per_s_per_gpu,
                 per_device_.c_str(),
                 100.0 * s.mean_mfu, 100.0 * s.mean_hfu, s.peak_allocated_bytes / 1073741824.0,
                 s.peak_reserved_bytes / 1073741824.0, s.memory_source.c_str());
@@ -152,6 +164,24 @@ void MetricsLog::Finish(const RunSummary& s) {
                 s.peak_pinned_host_bytes / 1073741824.0, s.peak_host_rss_bytes / 1073741824.0);
   if (!s.last_checkpoint.empty()) std::cout << "checkpoint: " << s.last_checkpoint << "\n";
   if (!run_dir_.empty()) std::cout << "metrics: " << run_dir_ << "/metrics.jsonl" << std::endl;
+}
+
+void AmendFailedSummary(const std::string& run_dir, const std::string& launcher_error,
+                        std::filesystem::file_time_type since) {
+  if (run_dir.empty() || launcher_error.empty()) return;
+  const std::filesystem::path path = std::filesystem::path(run_dir) / "summary.json";
+  std::error_code ec;
+  const auto written = std::filesystem::last_write_time(path, ec);
+  if (ec || written < since) return;
+  std::ifstream in(path);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object() || !j.contains("status") || j["status"] != "failed") return;
+  j["rank0_error"] = j.value("error", "");
+  j["error"] = launcher_error;
+  try {
+    WriteFileAtomically(path.string(), j.dump(1) + "\n", "run summary");
+  } catch (const UserError&) {  // a full disk: rank 0's error stays
+  }
 }
 
 }  // namespace llmplan::executor

@@ -18,7 +18,10 @@
 //                            step's memory_source
 //   RUN_DIR/trace.json       the last step as a Chrome trace (Perfetto), with
 //                            the simulator's track names
-//   RUN_DIR/summary.json     the run's summary
+//   RUN_DIR/summary.json     the run's summary, written however the run ends:
+//                            status "completed", "stopped" (SIGINT/SIGTERM)
+//                            or "failed" with the one-line error, the last
+//                            step completed and the newest checkpoint
 //
 // MFU follows PaLM (tokens/s x ModelSpec::ModelFlopsPerToken(seq) / peak);
 // HFU adds the recomputed forward of checkpointed blocks
@@ -31,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -56,11 +60,16 @@ struct StepMetrics {
 };
 
 struct RunSummary {
+  // How the run ended: "completed" (every step of --steps), "stopped" (a
+  // signal: stopped_by says which) or "failed" (error says why).
+  std::string status = "completed";
+  std::string error;        // the one-line error of a failed run ("" otherwise)
+  int64_t last_step = 0;    // optimizer steps taken when it ended: start_step + steps
   int64_t steps = 0;        // optimizer steps this invocation ran
   int64_t start_step = 0;   // steps already taken when it started (a resumed run's checkpoint)
   std::string resumed_from;  // that checkpoint's directory ("" when it started from step 0)
   std::string stopped_by;    // "SIGINT" / "SIGTERM" when a signal ended it early, else ""
-  std::string last_checkpoint;  // the newest checkpoint this run saved ("" if none)
+  std::string last_checkpoint;  // the newest complete checkpoint in --ckpt-dir when it ended ("" if none)
   double first_loss = 0, final_loss = 0;
   std::vector<double> losses;  // per step
   double mean_tokens_per_s = 0;  // over steps after the first (warm-up excluded when possible); whole job
@@ -95,7 +104,8 @@ class MetricsLog {
   void LogStep(const StepMetrics& m, const StepMeasurement& measurement);
   // The step's measured trace (trace.json), replacing the previous one.
   void WriteTrace(const StepProgram& program, const StepMeasurement& measurement);
-  // Writes summary.json and prints the summary.
+  // Prints the summary and writes summary.json (for every status: a failed
+  // run's summary is written too). Throws UserError when it cannot be written.
   void Finish(const RunSummary& summary);
 
  private:
@@ -104,7 +114,19 @@ class MetricsLog {
   bool progress_;
   bool terminal_;
   std::string per_device_;
+  void Print(const RunSummary& summary);  // the summary's lines on stdout
+
   std::ofstream metrics_, op_times_;
 };
+
+// After a launch of several ranks that failed: RUN_DIR/summary.json, when
+// rank 0 wrote it (status "failed") at or after `since`, gets the launcher's
+// line as its "error" — the rank that caused the failure, where rank 0 may
+// have seen only a consequence (a collective whose peer died) — and keeps
+// rank 0's own as "rank0_error". Otherwise (no summary, an earlier run's, a
+// summary that cannot be rewritten) nothing changes.
+// REQUIRES: nothing.
+void AmendFailedSummary(const std::string& run_dir, const std::string& launcher_error,
+                        std::filesystem::file_time_type since);
 
 }  // namespace llmplan::executor

@@ -287,102 +287,134 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     return sig != 0 ? sig : SIGTERM;  // another rank's signal
   };
 
-  // --- the loop ---
-  for (int64_t taken = start_step; taken < config.steps; ++taken) {
-    const auto step_start = Clock::now();
-    std::vector<at::Tensor> micro_batches;
-    for (int64_t mb = 0; mb < plan.grad_accum; ++mb) micro_batches.push_back(data.Next());
-    const double data_s = SecondsSince(step_start);
+  // What the summary says however the run ends.
+  auto complete_summary = [&] {
+    summary.steps = static_cast<int64_t>(summary.losses.size());
+    summary.last_step = start_step + summary.steps;
+    if (!summary.losses.empty()) {
+      summary.first_loss = summary.losses.front();
+      summary.final_loss = summary.losses.back();
+    }
+    if (timed_steps > 0) {
+      summary.mean_tokens_per_s = timed_tokens_per_s / static_cast<double>(timed_steps);
+      summary.mean_tokens_per_s_per_gpu = timed_tokens_per_s_per_gpu / static_cast<double>(timed_steps);
+      summary.mean_mfu = timed_mfu / static_cast<double>(timed_steps);
+      summary.mean_hfu = timed_hfu / static_cast<double>(timed_steps);
+    }
+    summary.peak_pinned_host_bytes = PeakPinnedHostBytes();
+    summary.peak_host_rss_bytes = ProcessPeakRssBytes();
+    summary.total_s = SecondsSince(run_start);
+  };
 
-    StepResult r = step.Run(micro_batches);  // returns after the device finished the step
-    const double step_s = SecondsSince(step_start);
-    if (const std::string bad = bad_steps.Judge(r.loss, r.grad_norm); !bad.empty()) {
-      const std::string where = "step " + std::to_string(taken + 1) + ": " + bad;
-      if (bad_steps.policy().action == BadStepAction::kStop || (!std::isfinite(r.loss) && !r.update_skipped))
-        throw std::runtime_error(where + ": training diverged; stopped before saving this state" +
-                                 (newest_checkpoint().empty() ? std::string()
-                                                              : " (the last checkpoint is " + newest_checkpoint() + ")") +
-                                 ": lower --lr or raise warmup_steps, or pass --bad-step skip");
-      if (rank0)
-        std::cerr << "llmplan: warning: " << where
-                  << (r.update_skipped ? ": its update was skipped" : ": its update was applied (a loss is known only after it)")
-                  << std::endl;
+  // A failure from here on (a step's UserError, out of memory, the token file
+  // truncated under the loader, a full disk) still leaves summary.json:
+  // status "failed", the one-line error, the last step and the newest
+  // checkpoint. The exception then goes on to the caller, which exits
+  // non-zero with the same line.
+  try {
+    // --- the loop ---
+    for (int64_t taken = start_step; taken < config.steps; ++taken) {
+      const auto step_start = Clock::now();
+      std::vector<at::Tensor> micro_batches;
+      for (int64_t mb = 0; mb < plan.grad_accum; ++mb) micro_batches.push_back(data.Next());
+      const double data_s = SecondsSince(step_start);
+
+      StepResult r = step.Run(micro_batches);  // returns after the device finished the step
+      const double step_s = SecondsSince(step_start);
+      if (const std::string bad = bad_steps.Judge(r.loss, r.grad_norm); !bad.empty()) {
+        const std::string where = "step " + std::to_string(taken + 1) + ": " + bad;
+        if (bad_steps.policy().action == BadStepAction::kStop || (!std::isfinite(r.loss) && !r.update_skipped))
+          throw std::runtime_error(where + ": training diverged; stopped before saving this state" +
+                                   (newest_checkpoint().empty() ? std::string()
+                                                                : " (the last checkpoint is " + newest_checkpoint() + ")") +
+                                   ": lower --lr or raise warmup_steps, or pass --bad-step skip");
+        if (rank0)
+          std::cerr << "llmplan: warning: " << where
+                    << (r.update_skipped ? ": its update was skipped" : ": its update was applied (a loss is known only after it)")
+                    << std::endl;
+      }
+
+      StepMetrics m;
+      m.step = optimizer.state().step;
+      m.loss = r.loss;
+      m.lr = r.lr;
+      m.grad_norm = r.grad_norm;
+      m.update_skipped = r.update_skipped;
+      m.tokens_per_s = static_cast<double>(plan.TokensPerStep()) / step_s;
+      // MFU is per GPU: this rank's tokens against one device's peak.
+      m.tokens_per_s_per_gpu = m.tokens_per_s / plan.gpus;
+      m.mfu = peak_flops > 0 ? m.tokens_per_s_per_gpu * model_flops / peak_flops : 0;
+      m.hfu = peak_flops > 0 ? m.tokens_per_s_per_gpu * hardware_flops / peak_flops : 0;
+      const StepMeasurement& measured = r.measurement;
+      m.peak_allocated_bytes = measured.peak_allocated;
+      m.peak_reserved_bytes = measured.peak_reserved;
+      m.memory_source = measured.memory_source;
+      m.data_s = data_s;
+      m.forward_s = r.forward_s;
+      m.recompute_s = r.recompute_s;
+      m.backward_s = r.backward_s;
+      m.optimizer_s = r.optimizer_s;
+      m.comm_s = r.comm_s;
+      m.step_s = step_s;
+      m.data_position = data.position();
+      summary.losses.push_back(r.loss);  // the step is done even if its line cannot be written
+      log.LogStep(m, measured);
+
+      summary.peak_allocated_bytes = std::max(summary.peak_allocated_bytes, measured.peak_allocated);
+      summary.peak_reserved_bytes = std::max(summary.peak_reserved_bytes, measured.peak_reserved);
+      summary.memory_source = measured.memory_source;
+      // The first step pays for allocator warm-up and kernel selection: leave it
+      // out of the throughput means whenever there is another step.
+      if (taken > start_step || config.steps - start_step == 1) {
+        timed_tokens_per_s += m.tokens_per_s;
+        timed_tokens_per_s_per_gpu += m.tokens_per_s_per_gpu;
+        timed_mfu += m.mfu;
+        timed_hfu += m.hfu;
+        ++timed_steps;
+      }
+      const int64_t now_taken = taken + 1;
+      if (now_taken == config.steps) log.WriteTrace(step.program(), measured);
+      if (const int sig = agreed_stop_signal(); sig != 0) {
+        summary.stopped_by = sig == SIGINT ? "SIGINT" : "SIGTERM";
+        save_checkpoint(now_taken);
+        break;
+      }
+      if (config.ckpt_every > 0 && now_taken % config.ckpt_every == 0) save_checkpoint(now_taken);
     }
 
-    StepMetrics m;
-    m.step = optimizer.state().step;
-    m.loss = r.loss;
-    m.lr = r.lr;
-    m.grad_norm = r.grad_norm;
-    m.update_skipped = r.update_skipped;
-    m.tokens_per_s = static_cast<double>(plan.TokensPerStep()) / step_s;
-    // MFU is per GPU: this rank's tokens against one device's peak.
-    m.tokens_per_s_per_gpu = m.tokens_per_s / plan.gpus;
-    m.mfu = peak_flops > 0 ? m.tokens_per_s_per_gpu * model_flops / peak_flops : 0;
-    m.hfu = peak_flops > 0 ? m.tokens_per_s_per_gpu * hardware_flops / peak_flops : 0;
-    const StepMeasurement& measured = r.measurement;
-    m.peak_allocated_bytes = measured.peak_allocated;
-    m.peak_reserved_bytes = measured.peak_reserved;
-    m.memory_source = measured.memory_source;
-    m.data_s = data_s;
-    m.forward_s = r.forward_s;
-    m.recompute_s = r.recompute_s;
-    m.backward_s = r.backward_s;
-    m.optimizer_s = r.optimizer_s;
-    m.comm_s = r.comm_s;
-    m.step_s = step_s;
-    m.data_position = data.position();
-    log.LogStep(m, measured);
-
-    summary.losses.push_back(r.loss);
-    summary.peak_allocated_bytes = std::max(summary.peak_allocated_bytes, measured.peak_allocated);
-    summary.peak_reserved_bytes = std::max(summary.peak_reserved_bytes, measured.peak_reserved);
-    summary.memory_source = measured.memory_source;
-    // The first step pays for allocator warm-up and kernel selection: leave it
-    // out of the throughput means whenever there is another step.
-    if (taken > start_step || config.steps - start_step == 1) {
-      timed_tokens_per_s += m.tokens_per_s;
-      timed_tokens_per_s_per_gpu += m.tokens_per_s_per_gpu;
-      timed_mfu += m.mfu;
-      timed_hfu += m.hfu;
-      ++timed_steps;
+    const int64_t final_step = start_step + static_cast<int64_t>(summary.losses.size());
+    if (summary.stopped_by.empty()) save_checkpoint(final_step);  // the end of the run can be continued too
+    if (checkpoints) {
+      const std::string error = checkpoints->Wait();
+      if (!error.empty() && rank0) std::cerr << "llmplan: warning: " << error << std::endl;
+      summary.last_checkpoint = newest_checkpoint();
     }
-    const int64_t now_taken = taken + 1;
-    if (now_taken == config.steps) log.WriteTrace(step.program(), measured);
-    if (const int sig = agreed_stop_signal(); sig != 0) {
-      summary.stopped_by = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      save_checkpoint(now_taken);
-      break;
+    // --- the trained model, whole, under Hugging Face names ---
+    if (!config.run_dir.empty() && config.final_weights && summary.stopped_by.empty()) {
+      WriteFinalWeights(model, units, comms.shard, watchdog.get(), rank0,
+                        (std::filesystem::path(config.run_dir) / "final.safetensors").string());
     }
-    if (config.ckpt_every > 0 && now_taken % config.ckpt_every == 0) save_checkpoint(now_taken);
+  } catch (const std::exception& e) {
+    summary.status = "failed";
+    const std::string what = e.what();
+    summary.error = what.substr(0, what.find('\n'));  // LibTorch's errors carry a backtrace after the first line
+    if (checkpoints) {
+      // A save in flight holds an earlier step's whole state: let it
+      // finish, so the summary can name it.
+      const std::string error = checkpoints->Wait();
+      if (!error.empty() && rank0) std::cerr << "llmplan: warning: " << error << std::endl;
+      summary.last_checkpoint = newest_checkpoint();
+    }
+    complete_summary();
+    try {
+      log.Finish(summary);
+    } catch (const std::exception& not_written) {  // the disk that failed the run, most likely
+      if (rank0) std::cerr << "llmplan: warning: " << not_written.what() << std::endl;
+    }
+    throw;
   }
-
-  summary.steps = static_cast<int64_t>(summary.losses.size());
-  const int64_t final_step = start_step + summary.steps;
-  if (summary.stopped_by.empty()) save_checkpoint(final_step);  // the end of the run can be continued too
-  if (checkpoints) {
-    const std::string error = checkpoints->Wait();
-    if (!error.empty() && rank0) std::cerr << "llmplan: warning: " << error << std::endl;
-    summary.last_checkpoint = newest_checkpoint();
-  }
-  if (!summary.losses.empty()) {
-    summary.first_loss = summary.losses.front();
-    summary.final_loss = summary.losses.back();
-  }
-  if (timed_steps > 0) {
-    summary.mean_tokens_per_s = timed_tokens_per_s / static_cast<double>(timed_steps);
-    summary.mean_tokens_per_s_per_gpu = timed_tokens_per_s_per_gpu / static_cast<double>(timed_steps);
-    summary.mean_mfu = timed_mfu / static_cast<double>(timed_steps);
-    summary.mean_hfu = timed_hfu / static_cast<double>(timed_steps);
-  }
-  summary.peak_pinned_host_bytes = PeakPinnedHostBytes();
-  summary.peak_host_rss_bytes = ProcessPeakRssBytes();
-  // --- the trained model, whole, under Hugging Face names ---
-  if (!config.run_dir.empty() && config.final_weights && summary.stopped_by.empty()) {
-    WriteFinalWeights(model, units, comms.shard, watchdog.get(), rank0,
-                      (std::filesystem::path(config.run_dir) / "final.safetensors").string());
-  }
-  summary.total_s = SecondsSince(run_start);
+  summary.status = summary.stopped_by.empty() ? "completed" : "stopped";
+  complete_summary();
   log.Finish(summary);
   watchdog.reset();  // before the communicators it watches
   return summary;

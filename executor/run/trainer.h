@@ -54,7 +54,14 @@ struct TrainConfig {
 
 // Trains config.plan for config.steps optimizer steps on micro-batches from
 // `data` (this rank's). Returns the summary (also written to
-// run_dir/summary.json).
+// run_dir/summary.json, status "completed" or "stopped").
+//
+// Failure: an exception once training has started (a step's UserError, out
+// of memory, a token file truncated while it is read, a metrics write on a
+// full disk) first lets a checkpoint save in flight finish, then writes
+// summary.json with status "failed", the error's first line, the last step
+// completed and the newest complete checkpoint (a summary that cannot be
+// written is a warning), and is rethrown unchanged.
 //
 // Resume: the state of the checkpoint (masters, AdamW state, step, data
 // position) replaces the seed's initial one, whatever strategy and number of

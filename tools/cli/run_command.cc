@@ -9,12 +9,15 @@
 //
 // The plan comes from `llmplan estimate ... -o plan.json`; the token file from
 // `llmplan data prepare` or any format data/token_file.h reads.
+#include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "executor/launcher/launcher.h"
+#include "executor/run/metrics.h"
 #include "executor/run/run_directory.h"
 #include "executor/run/trainer.h"
 #include "planner/plan.h"
@@ -88,10 +91,20 @@ void RunCommand(const RunOptions& o) {
     spec.argv = executor::SelfArgv();
     spec.nprocs = local_ranks;
     spec.cpu = o.cpu;
-    if (const int rc = executor::LaunchLocalRanks(spec); rc != 0) std::exit(rc);  // it printed why
+    std::string failure;
+    const auto launched = std::filesystem::file_time_type::clock::now();
+    if (const int rc = executor::LaunchLocalRanks(spec, &failure); rc != 0) {  // it printed why
+      executor::AmendFailedSummary(config.run_dir, failure, launched);  // the cause, not rank 0's view of it
+      std::exit(rc);
+    }
     return;
   }
-  executor::TrainOnTokenFile(config, o.data_path);
+  const executor::RunSummary summary = executor::TrainOnTokenFile(config, o.data_path);
+  // Stopped by SIGINT/SIGTERM: a lone process says so as a shell expects (a
+  // launcher's ranks exit 0 and the launcher returns it; torchrun's ranks
+  // leave it to torchrun).
+  if (summary.status == "stopped" && !executor::UnderExternalLauncher())
+    std::exit(128 + (summary.stopped_by == "SIGINT" ? SIGINT : SIGTERM));
 }
 
 }  // namespace
