@@ -1,5 +1,8 @@
 #include "executor/checkpoint/sharded_checkpoint.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -169,10 +172,15 @@ void CheckpointWriter::Write(const Snapshot& snap, const TrainingProgress& progr
     WriteFileAtomically(digest_path, nlohmann::json{{"bytes", d.bytes}, {"crc32c", d.crc32c}}.dump(), "checkpoint digest");
   } catch (const std::exception& e) {
     error_ = std::string("checkpoint at step ") + std::to_string(progress.step) + " not saved: " + e.what();
-    // Tell rank 0, which otherwise waits for this rank's digest.
+    // Tell rank 0, which otherwise waits for this rank's digest. On a full
+    // disk the error's few bytes may not fit either: an empty digest (an
+    // inode, no data block) still says "failed", so rank 0 does not wait
+    // out wait_for_ranks while a synchronous save holds training up.
     try {
       WriteFileAtomically(digest_path, nlohmann::json{{"error", error_}}.dump(), "checkpoint digest");
     } catch (...) {
+      const int fd = ::open(digest_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) ::close(fd);
     }
     if (!committer_) return;
   }
@@ -194,6 +202,8 @@ void CheckpointWriter::Write(const Snapshot& snap, const TrainingProgress& progr
       std::ifstream in(path);
       std::stringstream text;
       text << in.rdbuf();
+      if (text.str().empty())
+        throw UserError("rank " + std::to_string(r) + " could not write its shard, nor say why (a full disk?)");
       const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
       if (j.is_discarded() || j.contains("error"))
         throw UserError(j.is_discarded() ? "rank " + std::to_string(r) + "'s digest is unreadable"

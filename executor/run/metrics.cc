@@ -1,7 +1,11 @@
 #include "executor/run/metrics.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -25,18 +29,46 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t total_steps, bool pro
   std::error_code ec;
   std::filesystem::create_directories(run_dir_, ec);
   if (ec) throw UserError("cannot create run directory " + run_dir_ + ": " + ec.message());
-  const auto mode = append ? std::ios::app : std::ios::trunc;
-  metrics_.open(run_dir_ + "/metrics.jsonl", mode);
-  op_times_.open(run_dir_ + "/op_times.jsonl", mode);
-  if (!metrics_ || !op_times_) throw UserError("cannot write to run directory " + run_dir_);
+  const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC);
+  metrics_fd_ = ::open((run_dir_ + "/metrics.jsonl").c_str(), flags, 0644);
+  op_times_fd_ = ::open((run_dir_ + "/op_times.jsonl").c_str(), flags, 0644);
+  if (metrics_fd_ < 0 || op_times_fd_ < 0) {
+    const std::string why = std::strerror(errno);
+    if (metrics_fd_ >= 0) ::close(metrics_fd_);
+    if (op_times_fd_ >= 0) ::close(op_times_fd_);
+    throw UserError("cannot write to run directory " + run_dir_ + " (" + why + "): check --out and its permissions");
+  }
+}
+
+MetricsLog::~MetricsLog() {
+  if (metrics_fd_ >= 0) ::close(metrics_fd_);
+  if (op_times_fd_ >= 0) ::close(op_times_fd_);
+}
+
+void MetricsLog::AppendLine(int fd, const std::string& name, const std::string& line, int64_t step) {
+  const std::string text = line + "\n";
+  struct stat st;
+  const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? std::strerror(errno) : "nothing written";
+      // A torn line would be the file's last: cut it off, so the file holds
+      // whole steps (a resumed run keeps them) and what is lost is this step.
+      if (done > 0 && before >= 0) (void)!::ftruncate(fd, before);
+      throw UserError("writing " + run_dir_ + "/" + name + " failed at step " + std::to_string(step) + " (" + why +
+                      "): free space in " + run_dir_ + ", then continue with --resume from the last checkpoint");
+    }
+    done += static_cast<size_t>(n);
+  }
 }
 
 void MetricsLog::WritePlanAndProgram(const Plan& plan, const StepProgram& program) {
   if (run_dir_.empty()) return;
   SavePlan(plan, run_dir_ + "/plan.json");
-  std::ofstream out(run_dir_ + "/program.json", std::ios::trunc);
-  out << StepProgramJson(program).dump(1) << "\n";
-  if (!out) throw UserError("cannot write " + run_dir_ + "/program.json");
+  WriteFileAtomically(run_dir_ + "/program.json", StepProgramJson(program).dump(1) + "\n", "step program");
 }
 
 void MetricsLog::WriteTrace(const StepProgram& program, const StepMeasurement& measurement) {
@@ -72,9 +104,7 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
                         {"comm_s", m.comm_s},
                         {"step_s", m.step_s},
                         {"data_position", m.data_position}};
-    metrics_ << j.dump() << "\n";
-    metrics_.flush();  // a crashed run still leaves every finished step on disk
-    if (!metrics_) throw UserError("writing " + run_dir_ + "/metrics.jsonl failed at step " + std::to_string(m.step) + " (disk full?): free space, then resume from the last checkpoint");
+    AppendLine(metrics_fd_, "metrics.jsonl", j.dump(), m.step);  // unbuffered: a crashed run leaves every finished step
     const size_t n = measurement.ops.size();
     std::vector<double> start(n), end(n), issued(n);
     std::vector<int64_t> allocated(n), reserved(n), peak_allocated(n), peak_reserved(n);
@@ -88,7 +118,8 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
       peak_allocated[i] = o.peak_allocated;
       peak_reserved[i] = o.peak_reserved;
     }
-    op_times_ << nlohmann::json{{"step", m.step},
+    AppendLine(op_times_fd_, "op_times.jsonl",
+               nlohmann::json{{"step", m.step},
                                 {"start_s", start},
                                 {"end_s", end},
                                 {"issued_s", issued},
@@ -97,10 +128,8 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
                                 {"peak_allocated", peak_allocated},
                                 {"peak_reserved", peak_reserved},
                                 {"memory_source", measurement.memory_source}}
-                     .dump()
-              << "\n";
-    op_times_.flush();
-    if (!op_times_) throw UserError("writing " + run_dir_ + "/op_times.jsonl failed at step " + std::to_string(m.step) + " (disk full?): free space, then resume from the last checkpoint");
+                   .dump(),
+               m.step);
   }
   if (!progress_) return;
   char line[256];

@@ -35,7 +35,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -92,10 +91,13 @@ class MetricsLog {
   // to disk. `progress`: print a line per step. `per_device`: what one rank
   // is, in the progress lines ("GPU" or "rank").
   // Throws UserError when run_dir cannot be created or written, and from
-  // LogStep/Finish as soon as a write fails (a full disk), so a run does not
-  // train on for hours with its record lost.
+  // LogStep/Finish as soon as a write fails (a full disk: the message says
+  // errno's reason, "No space left on device"), so a run does not train on
+  // for hours with its record lost. A line that fails is cut back off its
+  // file: metrics.jsonl and op_times.jsonl always end with a whole line.
   MetricsLog(const std::string& run_dir, int64_t total_steps, bool progress, std::string per_device,
              bool append = false);
+  ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
@@ -115,8 +117,11 @@ class MetricsLog {
   bool terminal_;
   std::string per_device_;
   void Print(const RunSummary& summary);  // the summary's lines on stdout
+  // Appends `line` and a newline to `fd` whole, or throws UserError naming
+  // `name` and errno's reason after cutting off what part of it was written.
+  void AppendLine(int fd, const std::string& name, const std::string& line, int64_t step);
 
-  std::ofstream metrics_, op_times_;
+  int metrics_fd_ = -1, op_times_fd_ = -1;  // O_APPEND
 };
 
 // After a launch of several ranks that failed: RUN_DIR/summary.json, when
