@@ -98,4 +98,24 @@ int HeadBackward(const ActivationShape& a, const SavedTensors& forward, MemorySc
 void EmbeddingBackward(const ActivationShape& a, const SavedTensors& forward, int flowing, double table_params,
                        MemoryScript& s);
 
+// Host memory of asynchronous checkpoints (`llmplan run --ckpt-async`,
+// executor/checkpoint/sharded_checkpoint.h): each rank of the first shard
+// group copies its slice of every unit — fp32 master, AdamW m and v, 12
+// bytes per element — into host buffers it allocates at the first save and
+// keeps for the run (pinned on a GPU machine). The other groups' ranks hold
+// copies of the same values and stage nothing.
+//
+// The most one rank stages: rank 0, whose slice of every unit is whole
+// (padded_params / shard_group_size elements; later ranks may own less of a
+// unit the padding reaches into).
+// REQUIRES: program was built for a plan with this shard_group_size (>= 1).
+double CheckpointStagingBytesPerRank(const StepProgram& program, int shard_group_size);
+
+// The same as a share of one GPU's host memory, as the plan's host figure
+// counts it (simulator/evaluate.h: the node's host memory split between the
+// job's GPUs on it): ranks 0..G-1 fill the first node, so it holds
+// min(G, GPUs on a node) staging copies, shared by its GPUs. Other nodes
+// hold fewer. REQUIRES: plan is valid and `program` was built for it.
+double CheckpointStagingBytesPerGpu(const Plan& plan, const StepProgram& program);
+
 }  // namespace llmplan

@@ -171,7 +171,12 @@ struct HostMemory {
   double optimizer_state = 0;  // pinned AdamW state (offload optimizer)
   double grad_staging = 0;   // pinned fp32 gradient shards copied down for the CPU step
   double param_staging = 0;  // pinned compute-dtype copy of the updated shard, copied up after the CPU step
-  double Total() const { return master_params + optimizer_state + grad_staging + param_staging; }
+  // Asynchronous checkpoints' host copy of the state, this GPU's share
+  // (CheckpointStagingBytesPerGpu). Not a property of the plan but of how it
+  // runs (llmplan run --ckpt-async): BuildStepProgram leaves it 0; the
+  // evaluation adds it when asked (simulator/evaluate.h).
+  double checkpoint_staging = 0;
+  double Total() const { return master_params + optimizer_state + grad_staging + param_staging + checkpoint_staging; }
 };
 
 struct StepProgram {

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "planner/memory_model.h"
+#include "planner/program_builder.h"
+
 namespace llmplan {
 
 double HostCapacityPerGpu(const Plan& plan, const HardwareProfile& profile) {
@@ -64,7 +67,8 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
   m.host_breakdown = {{"master_params", program.host.master_params},
                       {"optimizer_state", program.host.optimizer_state},
                       {"grad_staging", program.host.grad_staging},
-                      {"param_staging", program.host.param_staging}};
+                      {"param_staging", program.host.param_staging},
+                      {"checkpoint_staging", program.host.checkpoint_staging}};
   m.host_bytes = program.host.Total();
   m.host_capacity_bytes = HostCapacityPerGpu(plan, profile);
 
@@ -129,9 +133,16 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
   return e;
 }
 
-Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile, bool record_timeline) {
+StepProgram BuildEvaluatedProgram(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate) {
+  StepProgram program = BuildStepProgram(plan, profile);
+  if (evaluate.ckpt_async) program.host.checkpoint_staging = CheckpointStagingBytesPerGpu(plan, program);
+  return program;
+}
+
+Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile, bool record_timeline,
+                                const EvaluateOptions& evaluate) {
   Evaluation ev;
-  ev.program = BuildStepProgram(plan, profile);
+  ev.program = BuildEvaluatedProgram(plan, profile, evaluate);
   CostModel cost(profile);
   SimulationOptions options;
   options.record_timeline = record_timeline;
@@ -142,8 +153,8 @@ Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile
   return ev;
 }
 
-Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile) {
-  StepProgram program = BuildStepProgram(plan, profile);
+Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate) {
+  StepProgram program = BuildEvaluatedProgram(plan, profile, evaluate);
   CostModel cost(profile);
   SimulationResult sim = Simulate(program, cost);
   const MemoryTimeline memory = ReplayMemory(program);

@@ -12,6 +12,14 @@
 
 namespace llmplan {
 
+// What a run adds to its plan's costs, when the caller knows how it will
+// run (llmplan estimate's and simulate's run flags).
+struct EvaluateOptions {
+  // llmplan run --ckpt-async: the host figure includes the checkpoint
+  // staging buffers (planner/memory_model.h, CheckpointStagingBytesPerGpu).
+  bool ckpt_async = false;
+};
+
 struct Evaluation {
   StepProgram program;
   SimulationResult simulation;  // time
@@ -21,8 +29,13 @@ struct Evaluation {
 };
 
 // REQUIRES: plan.Validate() passes.
-Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile, bool record_timeline = false);
-Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile);
+Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile, bool record_timeline = false,
+                                const EvaluateOptions& evaluate = {});
+Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate = {});
+
+// The step program of `plan` with what `evaluate` adds to it (the host's
+// checkpoint staging). REQUIRES: plan.Validate() passes.
+StepProgram BuildEvaluatedProgram(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate);
 
 // Pinned host memory one GPU's process may use: the plan's per-node figure
 // shared by the job's GPUs on the node, else the profile's per-GPU figure.

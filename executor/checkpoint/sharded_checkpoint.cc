@@ -125,6 +125,15 @@ std::string CheckpointWriter::Save(std::vector<FlatUnit>& units, const AdamWStat
   return previous;
 }
 
+int64_t CheckpointWriter::staging_bytes() const {
+  if (!snapshot_) return 0;
+  int64_t bytes = 0;
+  for (const auto& kinds : snapshot_->units)
+    for (const at::Tensor& t : kinds)
+      if (t.defined()) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
+
 CheckpointManifest CheckpointWriter::Manifest(const TrainingProgress& progress) const {
   CheckpointManifest m;
   m.step = progress.step;

@@ -86,6 +86,12 @@ class CheckpointWriter {
   std::string Wait();
   // The step of the last save started (-1: none).
   int64_t last_saved_step() const { return last_step_; }
+  // Host bytes this rank holds for asynchronous saves: the snapshot buffers,
+  // allocated by the first Save and kept for the run (fp32 master, m and v:
+  // 12 bytes per element of the rank's shard, as
+  // CheckpointStagingBytesPerRank in planner/memory_model.h predicts).
+  // 0 for synchronous saves, a replica rank, or before the first Save.
+  int64_t staging_bytes() const;
 
  private:
   struct Snapshot;

@@ -164,6 +164,7 @@ void MetricsLog::Finish(const RunSummary& s) {
                       {"memory_source", s.memory_source},
                       {"peak_pinned_host_bytes", s.peak_pinned_host_bytes},
                       {"peak_host_rss_bytes", s.peak_host_rss_bytes},
+                      {"checkpoint_staging_bytes", s.checkpoint_staging_bytes},
                       {"total_s", s.total_s},
                       {"device", s.device},
                       {"torch_version", s.torch_version},
@@ -191,6 +192,8 @@ void MetricsLog::Print(const RunSummary& s) {
   if (s.peak_pinned_host_bytes > 0)
     std::printf("host: %.2f GiB pinned for offloaded state and staging, %.2f GiB resident at peak\n",
                 s.peak_pinned_host_bytes / 1073741824.0, s.peak_host_rss_bytes / 1073741824.0);
+  if (s.checkpoint_staging_bytes > 0)
+    std::printf("host: %.2f GiB staged for asynchronous checkpoints\n", s.checkpoint_staging_bytes / 1073741824.0);
   if (!s.last_checkpoint.empty()) std::cout << "checkpoint: " << s.last_checkpoint << "\n";
   if (!run_dir_.empty()) std::cout << "metrics: " << run_dir_ << "/metrics.jsonl" << std::endl;
 }

@@ -78,6 +78,7 @@ struct RunSummary {
   std::string memory_source;
   int64_t peak_pinned_host_bytes = 0;  // offloaded state and staging pinned on the host (0 without offload)
   int64_t peak_host_rss_bytes = 0;     // the process's resident host memory at its peak (pinned included)
+  int64_t checkpoint_staging_bytes = 0;  // rank 0's host buffers for --ckpt-async saves (0 without)
   double total_s = 0;
   std::string device;  // "cpu", "cuda:0"
   std::string torch_version;

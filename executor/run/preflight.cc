@@ -1,10 +1,13 @@
 // Preflight checks (see preflight.h).
 #include "executor/run/preflight.h"
 
+#include <algorithm>
+
 #include "executor/hardware/host_info.h"
 #include "executor/step/out_of_memory.h"
 #include "planner/estimate.h"
 #include "planner/hardware_profile.h"
+#include "planner/memory_model.h"
 #include "planner/memory_timeline.h"
 #include "planner/program_builder.h"
 #include "base/user_error.h"
@@ -13,26 +16,66 @@ namespace llmplan::executor {
 
 double PredictedRankPeakBytes(const StepProgram& program) { return ReplayMemory(program).peak; }
 
-void CheckHostMemory(const Plan& plan, const StepProgram& program, int ranks_on_node, double available_bytes) {
-  const double per_rank = PredictedRankPeakBytes(program);
-  const double needed = per_rank * ranks_on_node;
-  if (available_bytes <= 0 || needed <= available_bytes) return;  // 0: /proc/meminfo unreadable, no judgement
-  std::string ranks;
-  if (ranks_on_node > 1) ranks = " x " + std::to_string(ranks_on_node) + " ranks = " + FormatBytes(needed);
-  throw UserError("the plan needs " + FormatBytes(per_rank) + " of host memory per rank (the planner's memory model)" +
-                  ranks + ", but this host has " + FormatBytes(available_bytes) + " available (MemAvailable); " +
-                  RePlanAdvice(plan));
+HostMemoryNeed PredictHostMemory(const Plan& plan, const StepProgram& program, bool cpu_device, int ranks_on_node,
+                                 int staging_ranks_on_node) {
+  HostMemoryNeed need;
+  // BuildStepProgram leaves host.checkpoint_staging 0; it is counted below,
+  // by the ranks that actually stage.
+  need.per_rank = (cpu_device ? PredictedRankPeakBytes(program) : 0) + program.host.Total() -
+                  program.host.checkpoint_staging;
+  need.ranks = ranks_on_node;
+  need.staging_ranks = staging_ranks_on_node;
+  need.checkpoint_staging = staging_ranks_on_node * CheckpointStagingBytesPerRank(program, plan.shard_group_size);
+  return need;
 }
 
-void CheckPlanFitsHost(const Plan& plan, const at::Device& device, int ranks_on_node) {
-  if (!device.is_cpu()) return;
+void CheckHostMemory(const Plan& plan, const HostMemoryNeed& need, double available_bytes) {
+  const double needed = need.Total();
+  if (available_bytes <= 0 || needed <= available_bytes) return;  // 0: /proc/meminfo unreadable, no judgement
+  std::string what;
+  if (need.per_rank > 0) {
+    what = "the plan needs " + FormatBytes(need.per_rank) + " of host memory per rank (the planner's memory model)";
+    if (need.ranks > 1) what += " x " + std::to_string(need.ranks) + " ranks = " + FormatBytes(need.per_rank * need.ranks);
+  }
+  if (need.checkpoint_staging > 0) {
+    what += std::string(what.empty() ? "" : ", and ") + "--ckpt-async stages " + FormatBytes(need.checkpoint_staging) +
+            " of checkpoint state in host memory (12 bytes per parameter of each of " +
+            std::to_string(need.staging_ranks) + " rank" + (need.staging_ranks > 1 ? "s'" : "'s") + " shard" +
+            (need.staging_ranks > 1 ? "s" : "") + ")";
+    if (need.per_rank > 0) what += ": " + FormatBytes(needed) + " in all";
+  }
+  // Without the staging it would fit: dropping --ckpt-async is the change.
+  const bool staging_is_the_excess = need.checkpoint_staging > 0 && needed - need.checkpoint_staging <= available_bytes;
+  const std::string advice =
+      staging_is_the_excess
+          ? "drop --ckpt-async (each save then pauses training while it writes), or plan for more GPUs so each "
+            "shard is smaller (llmplan estimate --ckpt-async --gpus auto)"
+          : RePlanAdvice(plan);
+  throw UserError(what + ", but this host has " + FormatBytes(available_bytes) + " available (MemAvailable); " + advice);
+}
+
+void CheckHostMemory(const Plan& plan, const StepProgram& program, int ranks_on_node, double available_bytes) {
+  CheckHostMemory(plan, PredictHostMemory(plan, program, /*cpu_device=*/true, ranks_on_node, 0), available_bytes);
+}
+
+int CheckpointStagingRanksOnNode(bool ckpt_async, int shard_group_size, int rank, int local_rank, int local_world_size) {
+  if (!ckpt_async) return 0;
+  const int node_first_rank = rank - local_rank;
+  return std::clamp(shard_group_size - node_first_rank, 0, local_world_size);
+}
+
+void CheckPlanFitsHost(const Plan& plan, const at::Device& device, int ranks_on_node, int staging_ranks_on_node) {
+  // A GPU run without offload or staging keeps nothing of the plan's on the host.
+  if (!device.is_cpu() && plan.offload == Offload::kNone && staging_ranks_on_node == 0) return;
   HardwareProfile profile;
   try {
     profile = LoadHardwareProfile(plan.profile);
   } catch (const UserError&) {
     profile.name = plan.profile;  // the run trains with defaults too (trainer.cc's ProfileOrDefault)
   }
-  CheckHostMemory(plan, BuildStepProgram(plan, profile), ranks_on_node, ReadHostInfo().available_bytes);
+  const StepProgram program = BuildStepProgram(plan, profile);
+  CheckHostMemory(plan, PredictHostMemory(plan, program, device.is_cpu(), ranks_on_node, staging_ranks_on_node),
+                  ReadHostInfo().available_bytes);
 }
 
 }  // namespace llmplan::executor

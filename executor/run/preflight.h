@@ -2,11 +2,16 @@
 // before anything is allocated, so a run that cannot work fails in one line
 // instead of deep inside LibTorch minutes later.
 //
-// Today one check: a CPU run's predicted memory against the host's. On the CPU
-// every rank's tensors live in host memory, so the planner's memory model (the
-// step program replayed: parameters, gradients, optimizer state, activations
-// at their peak) times the ranks on this node must fit in what the kernel says
-// is available (MemAvailable).
+// The host's memory: what this node's ranks will hold there, by the
+// planner's models, against what the kernel says is available
+// (MemAvailable):
+//   - on a CPU device every rank's tensors live in host memory: the memory
+//     model's peak (the step program replayed: parameters, gradients,
+//     optimizer state, activations at their peak) per rank;
+//   - offloaded state and its staging (StepProgram::host) per rank;
+//   - with --ckpt-async, the checkpoint staging buffers: 12 bytes per
+//     element of a shard on each rank of the first shard group
+//     (CheckpointStagingBytesPerRank, planner/memory_model.h).
 #pragma once
 
 #include <c10/core/Device.h>
@@ -20,20 +25,55 @@ namespace llmplan::executor {
 // memory model's allocated peak for `program`).
 double PredictedRankPeakBytes(const StepProgram& program);
 
-// REQUIRES: plan is valid, ranks_on_node >= 1. Throws UserError when
-// ranks_on_node x the predicted peak of plan's step program is above
-// available_bytes, e.g.
+// What one node's ranks of a run hold in host memory.
+struct HostMemoryNeed {
+  double per_rank = 0;            // each rank's tensors and offloaded state on the host
+  int ranks = 1;                  // the run's ranks on the node
+  double checkpoint_staging = 0;  // the node's --ckpt-async buffers, all its staging ranks together
+  int staging_ranks = 0;          // the node's ranks that stage (those of the first shard group)
+  double Total() const { return per_rank * ranks + checkpoint_staging; }
+};
+
+// The host memory of `ranks_on_node` ranks of `plan` (built into `program`)
+// on one node: on a CPU device (`cpu_device`) the step's predicted peak, on
+// any device program.host, per rank; plus the checkpoint staging of
+// `staging_ranks_on_node` ranks (0 without --ckpt-async).
+// REQUIRES: plan is valid, `program` built for it, ranks_on_node >= 1,
+// 0 <= staging_ranks_on_node <= ranks_on_node.
+HostMemoryNeed PredictHostMemory(const Plan& plan, const StepProgram& program, bool cpu_device, int ranks_on_node,
+                                 int staging_ranks_on_node);
+
+// REQUIRES: plan is valid. Throws UserError when need.Total() is above
+// available_bytes (> 0; 0 means unknown: no judgement), in one line that says
+// what to change, e.g.
 //   the plan needs 37.2 GiB of host memory per rank (the planner's memory model)
 //   x 2 ranks = 74.4 GiB, but this host has 21.9 GiB available (MemAvailable);
 //   plan again with the same pins and a smaller micro-batch: llmplan estimate ...
-// (one line).
+// or, when the checkpoint staging is what does not fit,
+//   --ckpt-async stages 48.0 GiB of checkpoint state in host memory (12 bytes per
+//   parameter of each of 1 rank's shard), but this host has 40.0 GiB available
+//   (MemAvailable); drop --ckpt-async (each save then pauses training while it
+//   writes), or shard the state over more GPUs: llmplan estimate ... --ckpt-async
+void CheckHostMemory(const Plan& plan, const HostMemoryNeed& need, double available_bytes);
+
+// CheckHostMemory of a CPU run's `ranks_on_node` ranks without checkpoint
+// staging (PredictHostMemory(plan, program, true, ranks_on_node, 0)).
 void CheckHostMemory(const Plan& plan, const StepProgram& program, int ranks_on_node, double available_bytes);
 
-// For `llmplan run`: on a CPU device, CheckHostMemory with the plan's step
-// program (built with the plan's profile, or defaults when it is not here) and
-// /proc/meminfo's MemAvailable; on a GPU, nothing (the device's memory is
-// checked by the out-of-memory message, out_of_memory.h).
-// REQUIRES: plan is valid, ranks_on_node >= 1. Throws UserError as above.
-void CheckPlanFitsHost(const Plan& plan, const at::Device& device, int ranks_on_node);
+// The ranks of one node that stage --ckpt-async checkpoints: those of the
+// first shard group (ranks 0..shard_group_size-1) among the node's
+// local_world_size ranks, rank - local_rank being its first. 0 without
+// ckpt_async. REQUIRES: 0 <= local_rank <= rank, local_world_size >= 1.
+int CheckpointStagingRanksOnNode(bool ckpt_async, int shard_group_size, int rank, int local_rank, int local_world_size);
+
+// For `llmplan run`, before anything is allocated: CheckHostMemory with the
+// plan's step program (built with the plan's profile, or defaults when it is
+// not here) and /proc/meminfo's MemAvailable. `staging_ranks_on_node`: this
+// node's ranks that stage --ckpt-async checkpoints (0 without it). The
+// device's own memory is not judged here (on a GPU the out-of-memory message
+// does it, out_of_memory.h).
+// REQUIRES: plan is valid, ranks_on_node >= 1, 0 <= staging_ranks_on_node <=
+// ranks_on_node. Throws UserError as above.
+void CheckPlanFitsHost(const Plan& plan, const at::Device& device, int ranks_on_node, int staging_ranks_on_node = 0);
 
 }  // namespace llmplan::executor

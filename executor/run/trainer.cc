@@ -152,7 +152,11 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
                     " process(es) were started (" + env.source + "): start one process per GPU of the plan, or make "
                     "the plan with llmplan estimate --gpus " + std::to_string(env.world_size));
   const at::Device device = ParseDevice(config.device, env);
-  CheckPlanFitsHost(plan, device, env.local_world_size);  // a CPU plan must fit in MemAvailable
+  // What this node's ranks put in host memory (a CPU run's tensors, offloaded
+  // state, --ckpt-async's staging) must fit in MemAvailable.
+  CheckPlanFitsHost(plan, device, env.local_world_size,
+                    CheckpointStagingRanksOnNode(config.ckpt_async && !config.ckpt_dir.empty(), plan.shard_group_size,
+                                                 env.rank, env.local_rank, env.local_world_size));
 #ifdef LLMPLAN_WITH_CUDA
   // Make this rank's GPU the thread's current device before any CUDA work
   // (NCCL init, streams, events, kernels): code that takes "the current
@@ -303,6 +307,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     }
     summary.peak_pinned_host_bytes = PeakPinnedHostBytes();
     summary.peak_host_rss_bytes = ProcessPeakRssBytes();
+    if (checkpoints) summary.checkpoint_staging_bytes = checkpoints->staging_bytes();
     summary.total_s = SecondsSince(run_start);
   };
 

@@ -35,6 +35,7 @@ struct EstimateOptions {
   double host_memory_gib = 0;
   double lr = -1;
   int64_t warmup = -1, decay = -1, loss_chunk = 1024;
+  bool ckpt_async = false;  // the run will pass --ckpt-async: count its host staging
   bool json = false;
   std::string out;
 };
@@ -102,7 +103,9 @@ void Run(const EstimateOptions& o) {
   if (req.gpus > 0 && req.shard_group_size && req.gpus % *req.shard_group_size != 0)
     throw UserError("--shard-group " + std::to_string(*req.shard_group_size) + " must divide --gpus " + o.gpus);
 
-  SearchResult r = SearchPlans(req, profile, [&](const Plan& p) { return EvaluatePlan(p, profile); });
+  EvaluateOptions evaluate;
+  evaluate.ckpt_async = o.ckpt_async;
+  SearchResult r = SearchPlans(req, profile, [&](const Plan& p) { return EvaluatePlan(p, profile, evaluate); });
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   // Nothing could even be tried (the pins exclude every plan): no report to show.
   if (!r.found && r.best.plan.model.layers == 0) throw UserError(r.why_none);
@@ -195,6 +198,9 @@ void AddEstimateCommand(CLI::App& app) {
   cmd->add_option("--lr", o->lr, "Peak learning rate recorded in the plan");
   cmd->add_option("--warmup-steps", o->warmup, "Warm-up steps recorded in the plan");
   cmd->add_option("--decay-steps", o->decay, "Cosine decay length recorded in the plan");
+  cmd->add_flag("--ckpt-async", o->ckpt_async,
+                "The run will save checkpoints with --ckpt-async: count the host memory they stage (12 bytes per "
+                "parameter of a shard, on the first shard group's ranks)");
   cmd->add_flag("--json", o->json, "Print JSON instead of text");
   cmd->add_option("-o,--out", o->out, "Write the chosen plan to this file (for simulate and run)");
   cmd->callback([o] { Run(*o); });

@@ -24,12 +24,16 @@ namespace {
 struct SimulateOptions {
   std::string plan, gpu, trace, svg;
   bool json = false;
+  bool ckpt_async = false;
 };
 
 void Run(const SimulateOptions& o) {
   Plan plan = LoadPlan(o.plan);
   HardwareProfile profile = LoadHardwareProfile(o.gpu.empty() ? plan.profile : o.gpu);
-  Evaluation ev = EvaluatePlanInDetail(plan, profile, /*record_timeline=*/!o.trace.empty() || !o.svg.empty());
+  EvaluateOptions evaluate;
+  evaluate.ckpt_async = o.ckpt_async;
+  Evaluation ev =
+      EvaluatePlanInDetail(plan, profile, /*record_timeline=*/!o.trace.empty() || !o.svg.empty(), evaluate);
   const Estimate& e = ev.estimate;
   const PersistentMemory& pm = ev.program.persistent;
   const double persistent = AllocatorPersistentBytes(pm);
@@ -69,6 +73,8 @@ void AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--gpu", o->gpu, "Hardware profile to simulate on (default: the plan's)");
   cmd->add_option("--trace", o->trace, "Write a Chrome trace-event JSON (Perfetto) here");
   cmd->add_option("--svg", o->svg, "Draw the step's timeline and memory curve as SVG here");
+  cmd->add_flag("--ckpt-async", o->ckpt_async,
+                "The run will save checkpoints with --ckpt-async: count the host memory they stage");
   cmd->add_flag("--json", o->json, "Print JSON instead of text");
   cmd->callback([o] { Run(*o); });
 }
