@@ -104,6 +104,8 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
                         {"comm_s", m.comm_s},
                         {"step_s", m.step_s},
                         {"data_position", m.data_position}};
+    if (m.predicted_tokens_per_s_per_gpu > 0) j["predicted_tokens_per_s_per_gpu"] = m.predicted_tokens_per_s_per_gpu;
+    if (m.cost.target_tokens > 0) AddCostJson(m.cost, j);
     AppendLine(metrics_fd_, "metrics.jsonl", j.dump(), m.step);  // unbuffered: a crashed run leaves every finished step
     const size_t n = measurement.ops.size();
     std::vector<double> start(n), end(n), issued(n);
@@ -132,10 +134,15 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
                m.step);
   }
   if (!progress_) return;
-  char line[256];
-  std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s/%s  mfu %.1f%%  %.3fs",
+  char vs_plan[48] = "";
+  if (m.predicted_tokens_per_s_per_gpu > 0)
+    std::snprintf(vs_plan, sizeof vs_plan, " (%.0f%% of plan)", 100.0 * m.tokens_per_s_per_gpu / m.predicted_tokens_per_s_per_gpu);
+  char text[256];
+  std::snprintf(text, sizeof text, "step %lld/%lld  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s/%s%s  mfu %.1f%%  %.3fs",
                 static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.loss, m.lr, m.grad_norm,
-                m.tokens_per_s_per_gpu, per_device_.c_str(), 100.0 * m.mfu, m.step_s);
+                m.tokens_per_s_per_gpu, per_device_.c_str(), vs_plan, 100.0 * m.mfu, m.step_s);
+  std::string line = text;
+  if (m.cost.target_tokens > 0) line += "  " + CostProgressText(m.cost, per_device_);
   if (terminal_) {
     std::cout << "\r\033[K" << line << std::flush;  // rewrite one line in place
   } else {
@@ -169,6 +176,15 @@ void MetricsLog::Finish(const RunSummary& s) {
                       {"device", s.device},
                       {"torch_version", s.torch_version},
                       {"attention_backend", s.attention_backend}};
+  if (s.cost.target_tokens > 0) AddCostJson(s.cost, j);
+  j["earlier_gpu_hours"] = s.earlier_gpu_hours;
+  if (s.predicted_tokens_per_s_per_gpu > 0) {
+    j["predicted_tokens_per_s_per_gpu"] = s.predicted_tokens_per_s_per_gpu;
+    j["tokens_per_s_per_gpu_vs_predicted"] = s.mean_tokens_per_s_per_gpu / s.predicted_tokens_per_s_per_gpu;
+  }
+  AddRankPeaksJson(s.rank_peaks, j);
+  j["data_wait_fraction"] = s.data_wait_fraction;
+  j["loader_bound_steps"] = s.loader_bound_steps;
   // Printed before it is written: a summary that cannot be written (a full
   // disk) is still on the terminal.
   if (progress_) Print(s);
@@ -194,6 +210,14 @@ void MetricsLog::Print(const RunSummary& s) {
                 s.peak_pinned_host_bytes / 1073741824.0, s.peak_host_rss_bytes / 1073741824.0);
   if (s.checkpoint_staging_bytes > 0)
     std::printf("host: %.2f GiB staged for asynchronous checkpoints\n", s.checkpoint_staging_bytes / 1073741824.0);
+  if (s.cost.target_tokens > 0) std::cout << CostSummaryText(s.cost, s.earlier_gpu_hours, per_device_) << "\n";
+  if (s.predicted_tokens_per_s_per_gpu > 0)
+    std::printf("throughput: %.0f tok/s/%s, %.0f%% of the plan's %.0f\n", s.mean_tokens_per_s_per_gpu, per_device_.c_str(),
+                100.0 * s.mean_tokens_per_s_per_gpu / s.predicted_tokens_per_s_per_gpu, s.predicted_tokens_per_s_per_gpu);
+  if (const std::string peaks = RankPeaksText(s.rank_peaks); !peaks.empty()) std::cout << peaks << "\n";
+  if (s.loader_bound_steps > 0)
+    std::printf("batches: the steps waited for them %.1f%% of their time; %lld step(s) more than a tenth of their own\n",
+                100.0 * s.data_wait_fraction, static_cast<long long>(s.loader_bound_steps));
   if (!s.last_checkpoint.empty()) std::cout << "checkpoint: " << s.last_checkpoint << "\n";
   if (!run_dir_.empty()) std::cout << "metrics: " << run_dir_ << "/metrics.jsonl" << std::endl;
 }

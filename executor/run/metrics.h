@@ -8,7 +8,9 @@
 //                            grad_norm, update_skipped, tokens_per_s[_per_gpu], mfu, hfu,
 //                            memory peaks, seconds per phase (data, forward,
 //                            recompute, backward, optimizer, comm, step), data
-//                            position
+//                            position, the plan's predicted tokens/s per GPU,
+//                            and the cost so far and projected (run_cost.h:
+//                            gpu_hours, eta_s, ...; dollars when priced)
 //   RUN_DIR/op_times.jsonl   one JSON object per step, arrays indexed by op id:
 //                            start_s and end_s (where the op ran, seconds since
 //                            the step's start), issued_s (host clock when it
@@ -21,7 +23,10 @@
 //   RUN_DIR/summary.json     the run's summary, written however the run ends:
 //                            status "completed", "stopped" (SIGINT/SIGTERM)
 //                            or "failed" with the one-line error, the last
-//                            step completed and the newest checkpoint
+//                            step completed and the newest checkpoint; the
+//                            cost, every rank's peak memory (rank_peaks.h)
+//                            and the time spent waiting for batches
+//   RUN_DIR/rank-N.peak_memory.json  rank N's peak memory (rank_peaks.h)
 //
 // MFU follows PaLM (tokens/s x ModelSpec::ModelFlopsPerToken(seq) / peak);
 // HFU adds the recomputed forward of checkpointed blocks
@@ -38,6 +43,8 @@
 #include <string>
 #include <vector>
 
+#include "executor/run/rank_peaks.h"
+#include "executor/run/run_cost.h"
 #include "executor/step/step_recorder.h"
 #include "planner/plan.h"
 #include "planner/step_program.h"
@@ -56,6 +63,8 @@ struct StepMetrics {
   double data_s = 0, forward_s = 0, recompute_s = 0, backward_s = 0, optimizer_s = 0, comm_s = 0;
   double step_s = 0;  // wall time of the whole step, data included
   int64_t data_position = 0;  // global samples consumed after this step (where a resume continues)
+  double predicted_tokens_per_s_per_gpu = 0;  // the plan's simulated step on its profile (0: none)
+  CostSnapshot cost;                          // spent so far and projected to the target (run_cost.h)
 };
 
 struct RunSummary {
@@ -83,6 +92,16 @@ struct RunSummary {
   std::string device;  // "cpu", "cuda:0"
   std::string torch_version;
   std::string attention_backend;  // "math", "flash", "cudnn", ... or "unknown"
+  // Cost at the end (run_cost.h), earlier attempts' GPU-hours included.
+  CostSnapshot cost;
+  double earlier_gpu_hours = 0;
+  double predicted_tokens_per_s_per_gpu = 0;  // the plan's (0: its profile could not be loaded)
+  RankPeaks rank_peaks;                       // every rank's peak memory; empty without a run directory
+  // Batches, over the steps after the first: the share of their wall time
+  // spent waiting for them, and the steps that waited more than a tenth of
+  // their own (trainer.cc's LoaderWatch).
+  double data_wait_fraction = 0;
+  int64_t loader_bound_steps = 0;
 };
 
 class MetricsLog {

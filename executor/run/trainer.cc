@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -25,6 +26,8 @@
 #include "executor/hardware/host_memory.h"
 #include "executor/model/llama_model.h"
 #include "executor/run/preflight.h"
+#include "executor/run/rank_peaks.h"
+#include "executor/run/run_cost.h"
 #include "executor/optimizer/adamw.h"
 #include "executor/sharding/shard_model.h"
 #include "executor/step/step_interpreter.h"
@@ -34,6 +37,7 @@
 #include "planner/estimate.h"
 #include "planner/hardware_profile.h"
 #include "planner/step_program.h"
+#include "simulator/evaluate.h"
 #include "base/user_error.h"
 
 #ifdef LLMPLAN_WITH_CUDA
@@ -88,10 +92,73 @@ std::string ProbeAttentionBackend(const Plan& plan, const at::Device& device) {
   return compat::AttentionBackendName(q, kv, kv);
 }
 
+// The loader is the bottleneck when, over the last kWindow steps (the
+// run's first left out: its loader may have just started), the trainer
+// waited for batches more than kFraction of their wall time. A loader that
+// keeps up hands over a prepared batch in microseconds, so a wait that long
+// is the device idle for want of data: a tenth of the run's GPU-hours, if it
+// lasts. Judged over several steps, not one: a single late batch (the
+// loader's thread descheduled on a busy host: 10 ms in a 78 ms step was seen
+// on the 2-core dev machine) is not a loader worth changing. The warning
+// comes once, then at most once per kEvery steps.
+class LoaderWatch {
+ public:
+  static constexpr double kFraction = 0.1;
+  static constexpr size_t kWindow = 10;
+  static constexpr size_t kMinSteps = 3;
+  static constexpr int64_t kEvery = 100;
+
+  // After a step after the first; returns the warning to print, or "".
+  std::string Step(int64_t step, double data_s, double step_s, int loader_workers, int loader_prefetch) {
+    timed_data_s_ += data_s;
+    timed_step_s_ += step_s;
+    if (data_s > kFraction * step_s) ++bound_steps_;
+    window_.push_back({step, data_s, step_s});
+    if (window_.size() > kWindow) window_.pop_front();
+    double waited = 0, took = 0;
+    for (const Entry& e : window_) {
+      waited += e.data_s;
+      took += e.step_s;
+    }
+    if (window_.size() < kMinSteps || waited <= kFraction * took) return "";
+    if (last_warning_ >= 0 && step - last_warning_ < kEvery) return "";
+    last_warning_ = step;
+    char line[400];
+    std::snprintf(line, sizeof line,
+                  "steps %lld-%lld waited %.3f s of their %.3f s (%.0f%%) for batches: the data loader is the "
+                  "bottleneck (--loader-workers %d, --loader-prefetch %d): raise --loader-workers, or put the token "
+                  "file on a faster disk",
+                  static_cast<long long>(window_.front().step), static_cast<long long>(step), waited, took,
+                  100.0 * waited / took, loader_workers, loader_prefetch);
+    return line;
+  }
+  // Over every step seen: the share of their time spent waiting for batches,
+  // and the steps that waited more than kFraction of their own time.
+  double wait_fraction() const { return timed_step_s_ > 0 ? timed_data_s_ / timed_step_s_ : 0; }
+  int64_t bound_steps() const { return bound_steps_; }
+
+ private:
+  struct Entry {
+    int64_t step;
+    double data_s, step_s;
+  };
+  std::deque<Entry> window_;
+  double timed_data_s_ = 0, timed_step_s_ = 0;
+  int64_t bound_steps_ = 0, last_warning_ = -1;
+};
+
+// The plan's predicted tokens per second per GPU: the estimate `llmplan
+// estimate` printed for it and `llmplan compare` holds a run against. 0 when
+// the profile could not be loaded (nothing to predict with).
+double PredictedTokensPerSecondPerGpu(const Plan& plan, const HardwareProfile& profile) {
+  if (profile.bf16_peak_flops <= 0) return 0;
+  return EvaluatePlan(plan, profile).tokens_per_second_per_gpu;
+}
+
 // The batch loader behind the BatchSource interface.
 class TokenFileBatches : public BatchSource {
  public:
-  TokenFileBatches(const Plan& plan, const std::string& path, const DistributedEnv& env) {
+  TokenFileBatches(const Plan& plan, const std::string& path, const DistributedEnv& env, int workers, int prefetch) {
     options_.path = path;
     options_.seq_len = plan.seq_len;
     options_.micro_batch = plan.micro_batch;
@@ -100,6 +167,8 @@ class TokenFileBatches : public BatchSource {
     options_.vocab = plan.model.vocab;
     options_.seed = plan.seed;
     options_.shuffle = true;
+    options_.workers = workers;
+    options_.prefetch = prefetch;
     loader_ = std::make_unique<data::BatchLoader>(options_, data::DataPosition{});
   }
   at::Tensor Next() override { return loader_->Next().tokens; }
@@ -239,6 +308,10 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     o.async = config.ckpt_async;
     checkpoints = std::make_unique<CheckpointWriter>(plan, model, env.rank, o);
   }
+  // A resumed run's GPU-hours continue from what its directory recorded, read
+  // before PrepareRunDirectory drops the steps it redoes (paid for all the same).
+  const double earlier_gpu_hours =
+      run_dir_lock && config.run_dir_mode == RunDirectoryMode::kResume ? RecordedGpuHours(config.run_dir) : 0;
   if (run_dir_lock) PrepareRunDirectory(config.run_dir, config.run_dir_mode, start_step);
   MetricsLog log(rank0 ? config.run_dir : std::string(), config.steps, config.progress && rank0,
                  device.is_cuda() ? "GPU" : "rank", /*append=*/config.run_dir_mode == RunDirectoryMode::kResume);
@@ -260,6 +333,45 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   resume_from.reset();
   double timed_tokens_per_s = 0, timed_tokens_per_s_per_gpu = 0, timed_mfu = 0, timed_hfu = 0;
   int64_t timed_steps = 0;
+
+  // Cost (run_cost.h), reported by rank 0; a CPU rank is called a rank.
+  const std::string unit = device.is_cuda() ? "GPU" : "rank";
+  const double price = config.price_per_gpu_hour >= 0 ? config.price_per_gpu_hour : profile.price_per_gpu_hour;
+  const int64_t target_tokens = config.target_tokens > 0 ? config.target_tokens : config.steps * plan.TokensPerStep();
+  CostMeter cost(env.world_size, earlier_gpu_hours, price, plan.TokensPerStep(), target_tokens);
+  summary.earlier_gpu_hours = earlier_gpu_hours;
+  summary.predicted_tokens_per_s_per_gpu = rank0 ? PredictedTokensPerSecondPerGpu(plan, profile) : 0;
+  if (rank0 && config.progress && !(price > 0))
+    std::cout << "cost: no price per " << unit << "-hour ("
+              << (config.price_per_gpu_hour == 0 ? "--price 0" : "the " + profile.name + " profile has none; pass --price DOLLARS")
+              << "): reported in " << unit << "-hours only" << std::endl;
+  LoaderWatch loader_watch;  // is the loader the bottleneck?
+  // This rank's peak memory, written to run_dir when it grows (rank_peaks.h)
+  // and before the stop vote: once rank 0 is past the last step's vote,
+  // every rank's file holds its final peak. A rank that cannot write it says
+  // so once and trains on.
+  RankPeak own_peak;
+  own_peak.rank = env.rank;
+  own_peak.host = HostName();
+  bool own_peak_writable = !config.run_dir.empty();
+  auto record_peak = [&](const StepMeasurement& measured, int64_t step_number) {
+    if (!own_peak_writable || (measured.peak_allocated <= own_peak.peak_allocated_bytes &&
+                               measured.peak_reserved <= own_peak.peak_reserved_bytes))
+      return;
+    own_peak.step = step_number;
+    own_peak.peak_allocated_bytes = std::max(own_peak.peak_allocated_bytes, measured.peak_allocated);
+    own_peak.peak_reserved_bytes = std::max(own_peak.peak_reserved_bytes, measured.peak_reserved);
+    own_peak.memory_source = measured.memory_source;
+    try {
+      std::error_code ec;
+      std::filesystem::create_directories(config.run_dir, ec);  // another node's ranks may not see rank 0's
+      WriteRankPeak(config.run_dir, own_peak, env.world_size);
+    } catch (const std::exception& e) {
+      own_peak_writable = false;
+      std::cerr << "llmplan: warning: rank " << env.rank << ": its peak memory will be missing from the summary: "
+                << e.what() << std::endl;
+    }
+  };
   // Diverging steps: judged after each step; with kSkip the interpreter asks
   // before the update whether the gradient norm is acceptable.
   BadStepMonitor bad_steps(config.bad_step);
@@ -309,6 +421,11 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     summary.peak_host_rss_bytes = ProcessPeakRssBytes();
     if (checkpoints) summary.checkpoint_staging_bytes = checkpoints->staging_bytes();
     summary.total_s = SecondsSince(run_start);
+    summary.cost = cost.At(summary.last_step, summary.total_s);
+    summary.data_wait_fraction = loader_watch.wait_fraction();
+    summary.loader_bound_steps = loader_watch.bound_steps();
+    // Every rank's peak, the failed rank's too when a rank failed (rank_peaks.h).
+    if (rank0 && !config.run_dir.empty()) summary.rank_peaks = ReadRankPeaks(config.run_dir, env.world_size);
   };
 
   // A failure from here on (a step's UserError, out of memory, the token file
@@ -362,6 +479,8 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
       m.comm_s = r.comm_s;
       m.step_s = step_s;
       m.data_position = data.position();
+      m.predicted_tokens_per_s_per_gpu = summary.predicted_tokens_per_s_per_gpu;
+      m.cost = cost.StepDone(optimizer.state().step, SecondsSince(run_start), step_s);
       summary.losses.push_back(r.loss);  // the step is done even if its line cannot be written
       log.LogStep(m, measured);
 
@@ -377,6 +496,14 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
         timed_hfu += m.hfu;
         ++timed_steps;
       }
+      if (taken > start_step) {
+        const std::string warning =
+            loader_watch.Step(m.step, data_s, step_s, config.loader_workers, config.loader_prefetch);
+        if (!warning.empty())
+          std::cerr << "llmplan: warning: " << (env.world_size > 1 ? "rank " + std::to_string(env.rank) + ": " : "")
+                    << warning << std::endl;
+      }
+      record_peak(measured, m.step);
       const int64_t now_taken = taken + 1;
       if (now_taken == config.steps) log.WriteTrace(step.program(), measured);
       if (const int sig = agreed_stop_signal(); sig != 0) {
@@ -427,7 +554,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
 
 RunSummary TrainOnTokenFile(const TrainConfig& config, const std::string& token_path) {
   config.plan.Validate();
-  TokenFileBatches data(config.plan, token_path, ReadDistributedEnv());
+  TokenFileBatches data(config.plan, token_path, ReadDistributedEnv(), config.loader_workers, config.loader_prefetch);
   return Train(config, data);
 }
 

@@ -50,6 +50,15 @@ struct TrainConfig {
   // A step whose loss or gradient norm is not finite or spikes
   // (executor/run/bad_step.h): stop the run, or skip its update.
   BadStepPolicy bad_step;
+  // Cost (executor/run/run_cost.h): dollars per GPU-hour (< 0: the plan's
+  // profile's price_per_gpu_hour; 0: no price, so no dollar figures) and the
+  // token count the projection aims at (0: steps x the plan's tokens per step).
+  double price_per_gpu_hour = -1;
+  int64_t target_tokens = 0;
+  // TrainOnTokenFile's batch loader (executor/data/batch_loader.h): threads
+  // reading micro-batches, and micro-batches read ahead.
+  int loader_workers = 1;
+  int loader_prefetch = 4;
 };
 
 // Trains config.plan for config.steps optimizer steps on micro-batches from
@@ -62,6 +71,14 @@ struct TrainConfig {
 // summary.json with status "failed", the error's first line, the last step
 // completed and the newest complete checkpoint (a summary that cannot be
 // written is a warning), and is rethrown unchanged.
+//
+// What the summary (and each metrics line) adds to the steps' numbers: the
+// cost so far and projected (run_cost.h), every rank's peak memory
+// (rank_peaks.h: each rank writes its own file into run_dir), and the time
+// the steps waited for batches. When the last 10 steps waited for batches
+// more than a tenth of their time, a warning names the loader as the
+// bottleneck (once, then at most once per 100 steps; each rank about its own
+// loader).
 //
 // Resume: the state of the checkpoint (masters, AdamW state, step, data
 // position) replaces the seed's initial one, whatever strategy and number of
@@ -88,8 +105,10 @@ RunSummary Train(const TrainConfig& config, BatchSource& data);
 
 // Train() on a token file read by the background batch loader (shuffled
 // windows seeded with plan.seed; rank r of W reads rows r*micro_batch.. of
-// every global micro-batch of W*micro_batch samples). Throws UserError for a missing or malformed
-// file or a token id >= vocab.
+// every global micro-batch of W*micro_batch samples; config.loader_workers
+// threads, config.loader_prefetch micro-batches ahead). Throws UserError for
+// a missing or malformed file, a token id >= vocab, or loader settings out of
+// range.
 RunSummary TrainOnTokenFile(const TrainConfig& config, const std::string& token_path);
 
 }  // namespace llmplan::executor

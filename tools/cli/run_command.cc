@@ -6,6 +6,8 @@
 //               [--ckpt-dir DIR [--ckpt-every K] [--ckpt-keep N] [--ckpt-async]]
 //               [--resume | --resume-from DIR/step-NNNNNNNN | --init-from HF_DIR]
 //               [--overwrite] [--bad-step stop|skip] [--spike-factor F]
+//               [--price DOLLARS_PER_GPU_HOUR] [--target-tokens N]
+//               [--loader-workers N] [--loader-prefetch K]
 //
 // The plan comes from `llmplan estimate ... -o plan.json`; the token file from
 // `llmplan data prepare` or any format data/token_file.h reads.
@@ -142,6 +144,19 @@ void AddRunCommand(CLI::App& app) {
                   "A step whose loss or gradient norm is not finite or spikes: stop (default) or skip its update");
   run->add_option("--spike-factor", options->train.bad_step.spike_factor,
                   "A spike is this many times the mean of the last 20 good steps (default 10; 0: off)");
+  run->add_option("--price", options->train.price_per_gpu_hour,
+                  "Dollars per GPU-hour (per rank-hour with --cpu) for the cost so far and projected "
+                  "(default: the profile's price_per_gpu_hour; 0: report GPU-hours only)")
+      ->check(CLI::Range(0.0, 1e6));
+  run->add_option("--target-tokens", options->train.target_tokens,
+                  "Tokens the time and cost projection aims at (default: --steps x the plan's tokens per step)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 62));
+  run->add_option("--loader-workers", options->train.loader_workers,
+                  "Threads reading micro-batches from --data (default 1; at most --loader-prefetch)")
+      ->check(CLI::Range(1, 256));
+  run->add_option("--loader-prefetch", options->train.loader_prefetch,
+                  "Micro-batches the loader reads ahead (default 4)")
+      ->check(CLI::Range(1, 4096));
   run->add_option("--cpu-ranks", options->cpu_ranks, "With --cpu: CPU processes to start (default: the plan's gpus)")
       ->check(CLI::Range(1, 1024));
   run->callback([options] { RunCommand(*options); });
