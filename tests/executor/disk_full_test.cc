@@ -27,24 +27,18 @@
 
 #include "planner/plan.h"
 #include "tests/cli_runner.h"
+#include "tests/executor/run_test_support.h"
 
 namespace llmplan {
 namespace {
 
 namespace fs = std::filesystem;
+using executor_test::LlmplanErrorLines;
 using executor_test::CommandResult;
 using executor_test::RunCommand;
 using executor_test::RunLlmplan;
 
 const std::string kSmallDisk = std::string(LLMPLAN_SOURCE_DIR) + "/tests/executor/small_disk.sh";
-
-std::vector<std::string> ErrorLines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("llmplan: ", 0) == 0 && line.rfind("llmplan: warning", 0) != 0) lines.push_back(line);
-  return lines;
-}
 
 // Bytes `path` (a file, or a directory's files) takes on a tmpfs: each file
 // rounded up to whole 4 KiB pages; 0 when it does not exist.
@@ -69,14 +63,7 @@ class DiskFullTest : public ::testing::Test {
     mode_ = mode_.substr(0, mode_.find('\n'));
     ASSERT_TRUE(mode_ == "tmpfs" || mode_ == "rlimit") << mode_;
 
-    Plan plan;
-    plan.model = PresetModel("tiny-llama");
-    plan.profile = "cpu";
-    plan.gpus = 1;
-    plan.strategy = ShardingStrategy::kNoShard;
-    NormaliseGrouping(plan);
-    plan.seq_len = 64;
-    plan.micro_batch = 2;
+    Plan plan = executor_test::TinyCpuPlan(1);
     plan.optimizer.lr = 3e-3;
     plan.optimizer.warmup_steps = 2;
     plan_ = Path("plan.json");
@@ -174,7 +161,7 @@ TEST_F(DiskFullTest, CheckpointSaveThatFailsIsAWarningAndTrainingGoesOn) {
               std::string::npos)
         << step << ": " << r.output;
   EXPECT_NE(r.output.find(reason), std::string::npos) << r.output;
-  EXPECT_TRUE(ErrorLines(r.output).empty()) << r.output;
+  EXPECT_TRUE(LlmplanErrorLines(r.output).empty()) << r.output;
 
   // Every step ran and was recorded; the summary names the checkpoint that survived.
   EXPECT_EQ(Losses(out, 1), straight_losses_);
@@ -207,7 +194,7 @@ TEST_F(DiskFullTest, MetricsWriteThatFailsStopsTheRunInOneLineAndTheLastCheckpoi
   CommandResult r = RunOnSmallDisk(disk + "=" + std::to_string(kib), "--steps 1000 --out " + out + " --ckpt-dir " +
                                                                          ckpt + " --ckpt-every 2" + resume);
   EXPECT_EQ(r.status, 2) << r.output;
-  const std::vector<std::string> errors = ErrorLines(r.output);
+  const std::vector<std::string> errors = LlmplanErrorLines(r.output);
   ASSERT_EQ(errors.size(), 1u) << r.output;
   const std::string reason = mode_ == "tmpfs" ? "No space left on device" : "File too large";
   EXPECT_NE(errors[0].find(".jsonl failed at step "), std::string::npos) << errors[0];

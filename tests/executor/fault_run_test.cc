@@ -30,6 +30,7 @@
 #include "planner/program_builder.h"
 #include "base/user_error.h"
 #include "tests/cli_runner.h"
+#include "tests/executor/run_test_support.h"
 
 extern char** environ;
 
@@ -37,26 +38,11 @@ namespace llmplan {
 namespace {
 
 namespace fs = std::filesystem;
+using executor_test::ReadAll;
+using executor_test::LlmplanErrorLines;
 using Clock = std::chrono::steady_clock;
 using executor_test::CommandResult;
 using executor_test::RunLlmplan;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The lines of `text` that start with "llmplan: " (the launcher's and the
-// CLI's own), for checking that exactly one says why.
-std::vector<std::string> LlmplanLines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("llmplan: ", 0) == 0 && line.rfind("llmplan: warning", 0) != 0) lines.push_back(line);
-  return lines;
-}
 
 class FaultRunTest : public ::testing::Test {
  protected:
@@ -76,14 +62,7 @@ class FaultRunTest : public ::testing::Test {
 
   // A tiny-llama plan for `gpus` CPU ranks (full_shard when several), seq 64.
   std::string SavePlan(int gpus, int64_t seq_len = 64) {
-    Plan plan;
-    plan.model = PresetModel("tiny-llama");
-    plan.profile = "cpu";
-    plan.gpus = gpus;
-    plan.strategy = gpus > 1 ? ShardingStrategy::kFullShard : ShardingStrategy::kNoShard;
-    NormaliseGrouping(plan);
-    plan.seq_len = seq_len;
-    plan.micro_batch = 2;
+    Plan plan = executor_test::TinyCpuPlan(gpus, seq_len);
     const std::string path = Path("plan" + std::to_string(gpus) + "_" + std::to_string(seq_len) + ".json");
     std::ofstream(path) << PlanToJson(plan).dump(2);  // not SavePlan: it would refuse a bad seq_len
     return path;
@@ -195,7 +174,7 @@ TEST_F(FaultRunTest, TokenIdBeyondTheVocabularyNearTheEndFailsBeforeStepOne) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "failed before step 1: " << r.output;
-  EXPECT_EQ(LlmplanLines(r.output).size(), 1u) << r.output;
+  EXPECT_EQ(LlmplanErrorLines(r.output).size(), 1u) << r.output;
 }
 
 TEST_F(FaultRunTest, LlmcFileWithADamagedMagicIsRefused) {
@@ -243,7 +222,7 @@ TEST_F(FaultRunTest, SequenceLongerThanTheModelsMaximumFailsBeforeTraining) {
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("seq_len 2048 is above tiny-llama's max_position_embeddings (1024)"), std::string::npos)
       << r.output;
-  EXPECT_EQ(LlmplanLines(r.output).size(), 1u) << r.output;
+  EXPECT_EQ(LlmplanErrorLines(r.output).size(), 1u) << r.output;
 }
 
 TEST_F(FaultRunTest, OutOfMemoryIsOneLineWithTheOpMeasuredAndPredictedMemoryAndAPlanThatFits) {
@@ -257,7 +236,7 @@ TEST_F(FaultRunTest, OutOfMemoryIsOneLineWithTheOpMeasuredAndPredictedMemoryAndA
   double seconds = 0;
   EXPECT_EQ(Wait(pid, std::chrono::seconds(120), &seconds), 2);
   const std::string output = ReadAll(log);
-  const std::vector<std::string> lines = LlmplanLines(output);
+  const std::vector<std::string> lines = LlmplanErrorLines(output);
   ASSERT_EQ(lines.size(), 1u) << output;
   EXPECT_NE(lines[0].find("llmplan: rank 0: out of memory on cpu in op 3 \""), std::string::npos) << lines[0];
   EXPECT_NE(lines[0].find(" allocated, "), std::string::npos) << lines[0];
@@ -316,14 +295,7 @@ TEST_F(FaultRunTest, StoppedRankIsNamedAndEveryRankExitsWithinTheTimeout) {
 }
 
 TEST(PreflightTest, CpuPlanLargerThanTheHostsMemoryIsRefusedInOneLine) {
-  Plan plan;
-  plan.model = PresetModel("tiny-llama");
-  plan.profile = "cpu";
-  plan.gpus = 2;
-  plan.strategy = ShardingStrategy::kFullShard;
-  NormaliseGrouping(plan);
-  plan.seq_len = 64;
-  plan.micro_batch = 4;
+  Plan plan = executor_test::TinyCpuPlan(2, 64, 4);
   const StepProgram program = BuildStepProgram(plan, LoadHardwareProfile("cpu"));
   const double per_rank = executor::PredictedRankPeakBytes(program);
   ASSERT_GT(per_rank, 1e5);

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/cli_runner.h"
+#include "tests/executor/run_test_support.h"
 #include "tests/executor/rank_processes.h"
 #include <nlohmann/json.hpp>
 
@@ -58,14 +59,7 @@ class RunCommandTest : public ::testing::Test {
   // uint16 token file, so each test launches the (LibTorch-loading) binary
   // only for the command under test.
   void MakeQuickPlanAndData(uint16_t odd_token = 65) {
-    Plan plan;
-    plan.model = PresetModel("tiny-llama");
-    plan.profile = "cpu";
-    plan.gpus = 1;
-    plan.strategy = ShardingStrategy::kNoShard;
-    NormaliseGrouping(plan);
-    plan.seq_len = 64;
-    plan.micro_batch = 2;
+    Plan plan = executor_test::TinyCpuPlan(1);
     SavePlan(plan, Path("plan.json"));
     std::vector<uint16_t> tokens(4096);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 200);

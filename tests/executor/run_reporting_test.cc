@@ -24,6 +24,7 @@
 #include "executor/run/trainer.h"
 #include "planner/plan.h"
 #include "tests/cli_runner.h"
+#include "tests/executor/run_test_support.h"
 #include "tests/executor/core_test_support.h"
 #include "tests/executor/rank_processes.h"
 
@@ -56,14 +57,7 @@ class RunReportingTest : public ::testing::Test {
 
   // A tiny-llama plan for `gpus` CPU ranks (full_shard when several), and raw uint16 tokens.
   void MakePlanAndData(int gpus) {
-    Plan plan;
-    plan.model = PresetModel("tiny-llama");
-    plan.profile = "cpu";
-    plan.gpus = gpus;
-    plan.strategy = gpus > 1 ? ShardingStrategy::kFullShard : ShardingStrategy::kNoShard;
-    NormaliseGrouping(plan);
-    plan.seq_len = 64;
-    plan.micro_batch = 2;
+    Plan plan = executor_test::TinyCpuPlan(gpus);
     SavePlan(plan, Path("plan.json"));
     tokens_per_step_ = plan.TokensPerStep();
     std::vector<uint16_t> tokens(20'000);

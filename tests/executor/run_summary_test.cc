@@ -22,6 +22,7 @@
 
 #include "planner/plan.h"
 #include "tests/cli_runner.h"
+#include "tests/executor/run_test_support.h"
 
 extern char** environ;
 
@@ -29,23 +30,9 @@ namespace llmplan {
 namespace {
 
 namespace fs = std::filesystem;
+using executor_test::ReadAll;
+using executor_test::LlmplanErrorLines;
 using Clock = std::chrono::steady_clock;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The lines of `text` that start with "llmplan: " and are not warnings.
-std::vector<std::string> ErrorLines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("llmplan: ", 0) == 0 && line.rfind("llmplan: warning", 0) != 0) lines.push_back(line);
-  return lines;
-}
 
 std::string StepDir(const std::string& ckpt, int64_t step) {
   const std::string digits = std::to_string(step);
@@ -71,14 +58,7 @@ class RunSummaryTest : public ::testing::Test {
 
   // A tiny-llama plan for `gpus` CPU ranks (full_shard when several), seq 64.
   std::string SavePlan(int gpus) {
-    Plan plan;
-    plan.model = PresetModel("tiny-llama");
-    plan.profile = "cpu";
-    plan.gpus = gpus;
-    plan.strategy = gpus > 1 ? ShardingStrategy::kFullShard : ShardingStrategy::kNoShard;
-    NormaliseGrouping(plan);
-    plan.seq_len = 64;
-    plan.micro_batch = 2;
+    Plan plan = executor_test::TinyCpuPlan(gpus);
     const std::string path = Path("plan" + std::to_string(gpus) + ".json");
     llmplan::SavePlan(plan, path);
     return path;
@@ -167,7 +147,7 @@ TEST_F(RunSummaryTest, TokenFileTruncatedMidRunLeavesAFailedSummaryNamingTheLast
   const int status = Wait(std::chrono::seconds(60));
   const std::string output = ReadAll(Path("log.txt"));
   EXPECT_EQ(status, 2) << output;
-  const std::vector<std::string> errors = ErrorLines(output);
+  const std::vector<std::string> errors = LlmplanErrorLines(output);
   ASSERT_EQ(errors.size(), 1u) << output;
   EXPECT_NE(errors[0].find("the token file shrank from 4000002 to 1000 bytes"), std::string::npos) << errors[0];
 
@@ -195,7 +175,7 @@ TEST_F(RunSummaryTest, OutOfMemoryInTheFirstStepLeavesAFailedSummaryWithNoStepAn
   const int status = Wait(std::chrono::seconds(120));
   const std::string output = ReadAll(Path("log.txt"));
   EXPECT_EQ(status, 2) << output;
-  const std::vector<std::string> errors = ErrorLines(output);
+  const std::vector<std::string> errors = LlmplanErrorLines(output);
   ASSERT_EQ(errors.size(), 1u) << output;
   const nlohmann::json s = Summary("run");
   ASSERT_TRUE(s.is_object()) << output;
@@ -236,7 +216,7 @@ TEST_F(RunSummaryTest, RankThatFailsLeavesASummaryNamingItNotRankZerosView) {
   const std::string output = ReadAll(Path("log.txt"));
   EXPECT_EQ(status, 2) << output;
   std::string launcher_line;
-  for (const std::string& line : ErrorLines(output))
+  for (const std::string& line : LlmplanErrorLines(output))
     if (line.rfind("llmplan: rank 1 (pid ", 0) == 0) launcher_line = line;
   ASSERT_FALSE(launcher_line.empty()) << output;
   const nlohmann::json s = Summary("run");
