@@ -312,16 +312,16 @@ void EmbeddingBackward(const ActivationShape& a, const SavedTensors& forward, in
   s.Free(forward.output);
 }
 
-double CheckpointStagingBytesPerRank(const StepProgram& program, int shard_group_size) {
+double CheckpointStagingBytesPerRank(const StepProgram& program) {
   double elements = 0;
-  for (const Unit& u : program.units) elements += static_cast<double>(u.padded_params / shard_group_size);
+  for (const Unit& u : program.units) elements += static_cast<double>(u.padded_params / u.group_size);
   return 12 * elements;  // fp32 master + m + v
 }
 
 double CheckpointStagingBytesPerGpu(const Plan& plan, const StepProgram& program) {
   const int on_node = plan.GpusOnNode();
   const int staging_on_first_node = std::min(plan.shard_group_size, on_node);
-  return CheckpointStagingBytesPerRank(program, plan.shard_group_size) * staging_on_first_node / on_node;
+  return CheckpointStagingBytesPerRank(program) * staging_on_first_node / on_node;
 }
 
 }  // namespace llmplan

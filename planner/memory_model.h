@@ -106,10 +106,10 @@ void EmbeddingBackward(const ActivationShape& a, const SavedTensors& forward, in
 // copies of the same values and stage nothing.
 //
 // The most one rank stages: rank 0, whose slice of every unit is whole
-// (padded_params / shard_group_size elements; later ranks may own less of a
-// unit the padding reaches into).
-// REQUIRES: program was built for a plan with this shard_group_size (>= 1).
-double CheckpointStagingBytesPerRank(const StepProgram& program, int shard_group_size);
+// (padded_params / group_size elements; later ranks may own less of a unit
+// the padding reaches into, and nothing of an edge unit kept whole, which
+// rank 0 alone saves).
+double CheckpointStagingBytesPerRank(const StepProgram& program);
 
 // The same as a share of one GPU's host memory, as the plan's host figure
 // counts it (simulator/evaluate.h: the node's host memory split between the

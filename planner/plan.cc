@@ -61,6 +61,11 @@ bool Plan::IsCheckpointed(int layer) const {
   return std::binary_search(checkpoint_layers.begin(), checkpoint_layers.end(), layer);
 }
 
+int Plan::UnitShardGroup(int unit) const {
+  const bool edge = unit == 0 || unit == model.layers + 1;
+  return replicate_edges && edge ? 1 : shard_group_size;
+}
+
 void NormaliseGrouping(Plan& plan) {
   switch (plan.strategy) {
     case ShardingStrategy::kFullShard:
@@ -90,6 +95,12 @@ void Plan::Validate() const {
   if (offload == Offload::kOptimizerAndParams && strategy == ShardingStrategy::kNoShard)
     fail("offload optimizer+params streams each unit's parameters in before its gather, and no_shard has no "
          "gathers: use full_shard (on one GPU too), or offload optimizer");
+  if (replicate_edges && (strategy == ShardingStrategy::kNoShard || shard_group_size == 1))
+    fail("replicate_edges keeps the embedding and head whole while the blocks are sharded, and this plan shards "
+         "nothing (no_shard, or shard groups of one GPU): drop replicate_edges");
+  if (replicate_edges && offload == Offload::kOptimizerAndParams)
+    fail("replicate_edges keeps the embedding and head on every GPU, and offload optimizer+params streams "
+         "parameters in through gathers: offload optimizer or params instead, or drop replicate_edges");
   if (seq_len < 1 || seq_len > (int64_t{1} << 22)) fail("seq_len must be between 1 and 4194304");
   // Positions past the model's maximum were never trained: the model's own
   // code (and Hugging Face's) is not meant to run there.
@@ -174,6 +185,16 @@ std::string FormatLayerList(const std::vector<int>& layers) {
   return out;
 }
 
+std::string PlanSummary(const Plan& p) {
+  std::string s = StrategyName(p.strategy);
+  if (p.strategy == ShardingStrategy::kHybridShard) s += "(" + std::to_string(p.shard_group_size) + ")";
+  s += ", mb " + std::to_string(p.micro_batch) + " x ga " + std::to_string(p.grad_accum);
+  s += ", ckpt " + std::to_string(p.checkpoint_layers.size()) + "/" + std::to_string(p.model.layers);
+  s += ", offload " + OffloadName(p.offload);
+  if (p.replicate_edges) s += ", edges whole";
+  return s;
+}
+
 nlohmann::json PlanToJson(const Plan& p) {
   const auto& o = p.optimizer;
   return {{"format", "llmplan-plan-1"},
@@ -189,6 +210,7 @@ nlohmann::json PlanToJson(const Plan& p) {
           {"global_batch", p.GlobalBatch()},
           {"strategy", StrategyName(p.strategy)},
           {"offload", OffloadName(p.offload)},
+          {"replicate_edges", p.replicate_edges},
           {"checkpoint_layers", p.checkpoint_layers},
           {"prefetch_depth", p.prefetch_depth},
           {"loss_chunk_tokens", p.loss_chunk_tokens},
@@ -226,6 +248,7 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
   p.grad_accum = r.Integer("grad_accum", 1, 65536, 1);
   p.strategy = ParseStrategy(r.String("strategy", "full_shard"));
   p.offload = ParseOffload(r.String("offload", "none"));
+  p.replicate_edges = r.Bool("replicate_edges", false);
   if (r.Has("checkpoint_layers")) {
     const auto& cl = r.Raw("checkpoint_layers");
     if (cl.is_string()) {

@@ -79,6 +79,16 @@ struct Plan {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
   Offload offload = Offload::kNone;
   std::vector<int> checkpoint_layers;  // sorted block indices recomputed in backward
+  // Per-unit strategy: the embedding and the head (final norm + lm_head) kept
+  // whole on every GPU — no gathers, their gradients all-reduced over the
+  // job once per step — while the blocks follow `strategy`. What the
+  // FSDP/ZeRO guides advise for a large vocabulary: those two units are the
+  // largest gathers of a step (2 x vocab x hidden), run twice per
+  // micro-batch, and cost their whole fp32 state in memory on every GPU
+  // instead. REQUIRES (Validate): a sharded strategy with shard groups of
+  // more than one GPU; not with offload optimizer+params (streamed
+  // parameters need gathers).
+  bool replicate_edges = false;
   int prefetch_depth = 1;              // units gathered ahead of the one computing
   int64_t loss_chunk_tokens = 1024;    // tokens per chunk of the chunked cross-entropy
 
@@ -91,6 +101,17 @@ struct Plan {
   uint64_t seed = 1234;
 
   bool IsCheckpointed(int layer) const;
+  // The GPUs that share one copy of unit `unit`'s state (units in forward
+  // order: 0 the embedding, 1..layers the blocks, layers + 1 the head):
+  // shard_group_size, or 1 for an edge unit kept whole (replicate_edges).
+  int UnitShardGroup(int unit) const;
+  // The data-parallel copies of that unit's state: gpus / UnitShardGroup.
+  int UnitReplicas(int unit) const { return gpus / UnitShardGroup(unit); }
+  // Whether that unit's compute copy stays gathered for the whole run (no
+  // gathers or releases): every unit under no_shard, an edge kept whole.
+  bool UnitResident(int unit) const {
+    return strategy == ShardingStrategy::kNoShard || (UnitShardGroup(unit) == 1 && shard_group_size > 1);
+  }
   // Number of data-parallel replicas of the model state: gpus / shard_group_size.
   int ReplicaGroups() const { return gpus / shard_group_size; }
 
@@ -117,6 +138,10 @@ void NormaliseGrouping(Plan& plan);
 // Throws UserError for out-of-range or malformed input.
 std::vector<int> ParseLayerList(const std::string& text, int64_t layers);
 std::string FormatLayerList(const std::vector<int>& layers);  // "0,3-5"
+
+// One line for lists of plans: "full_shard, mb 2 x ga 4, ckpt 3/32, offload
+// none" (", edges whole" with replicate_edges; a hybrid group in brackets).
+std::string PlanSummary(const Plan& plan);
 
 nlohmann::json PlanToJson(const Plan& plan);
 Plan PlanFromJson(const nlohmann::json& j, const std::string& context);

@@ -126,7 +126,17 @@ struct Choice {
   int64_t micro_batch;
   int64_t grad_accum;
   Offload offload;
+  bool replicate_edges = false;
 };
+
+// Plan::Validate's conditions for replicate_edges: sharded blocks, and no
+// parameters streamed through gathers.
+bool CanReplicateEdges(ShardingStrategy s, int group, Offload o) {
+  return s != ShardingStrategy::kNoShard && group > 1 && o != Offload::kOptimizerAndParams;
+}
+
+// Edge-replicated variants tried per GPU count, from the best plans down.
+constexpr int kEdgeVariants = 3;
 
 // The largest micro-batch the search tries when none is pinned.
 constexpr int64_t kSearchMaxMicroBatch = 256;
@@ -239,7 +249,9 @@ class Searcher {
         for (Offload o : offloads) {
           // Streamed parameters need gathers to stream into (Plan::Validate).
           if (o == Offload::kOptimizerAndParams && s == ShardingStrategy::kNoShard) continue;
-          out.push_back({gpus, s, g, mb, ga, o});
+          const bool edges = req_.replicate_edges.value_or(false);
+          if (edges && !CanReplicateEdges(s, g, o)) continue;
+          out.push_back({gpus, s, g, mb, ga, o, edges});
         }
     return out;
   }
@@ -337,7 +349,30 @@ class Searcher {
     for (auto& e : extra.infeasible) out.infeasible.push_back(std::move(e));
     SortFeasible(out);
     SortInfeasible(out);
+    if (!req_.replicate_edges) TryReplicatedEdges(out);
     return out;
+  }
+
+  // Keeping the embedding and head whole (replicate_edges) trades memory
+  // (their whole fp32 state on every GPU) for communication (no gathers of
+  // the two largest units per micro-batch; one all-reduce per step instead
+  // of a reduce-scatter per micro-batch). It can only win where a plan is
+  // already fast and its gathers show, so it is tried on the best few
+  // feasible plans only — a few more evaluations per GPU count.
+  void TryReplicatedEdges(AtCount& out) {
+    std::vector<Choice> variants;
+    for (const Estimate& e : out.feasible) {
+      if (static_cast<int>(variants.size()) == kEdgeVariants) break;
+      const Plan& p = e.plan;
+      if (!CanReplicateEdges(p.strategy, p.shard_group_size, p.offload)) continue;
+      variants.push_back({p.gpus, p.strategy, p.shard_group_size, p.micro_batch, p.grad_accum, p.offload, true});
+    }
+    if (variants.empty()) return;
+    AtCount extra = SearchChoices(variants);
+    for (auto& e : extra.feasible) out.feasible.push_back(std::move(e));
+    for (auto& e : extra.infeasible) out.infeasible.push_back(std::move(e));
+    SortFeasible(out);
+    SortInfeasible(out);
   }
 
   // Whether `fitted`'s plan with parameter offload `o` could be faster than
@@ -379,6 +414,7 @@ class Searcher {
       plan.micro_batch = c.micro_batch;
       plan.grad_accum = c.grad_accum;
       plan.offload = c.offload;
+      plan.replicate_edges = c.replicate_edges;
       if (req_.checkpoint_layers) plan.checkpoint_layers = *req_.checkpoint_layers;
       if (gpus == 1 && c.strategy == ShardingStrategy::kHybridShard) continue;
       plan.Validate();
@@ -412,14 +448,6 @@ class Searcher {
   std::map<int64_t, std::vector<int>> order_cache_;  // greedy checkpoint order per micro-batch
 };
 
-std::string Describe(const Plan& p) {
-  std::string s = StrategyName(p.strategy);
-  if (p.strategy == ShardingStrategy::kHybridShard) s += "(" + std::to_string(p.shard_group_size) + ")";
-  s += ", mb " + std::to_string(p.micro_batch) + " x ga " + std::to_string(p.grad_accum);
-  s += ", ckpt " + std::to_string(p.checkpoint_layers.size()) + "/" + std::to_string(p.model.layers);
-  s += ", offload " + OffloadName(p.offload);
-  return s;
-}
 
 std::string SlowerReason(const Estimate& alt, const Estimate& best) {
   char buf[256];
@@ -516,14 +544,14 @@ SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profil
     if (!at.feasible.empty()) {
       result.best = at.feasible.front();
       result.why_none = "the fastest plan found (" + std::to_string(result.best.plan.gpus) + " GPUs, " +
-                        Describe(result.best.plan) + ") needs " + FormatSeconds(train_seconds(result.best)) +
+                        PlanSummary(result.best.plan) + ") needs " + FormatSeconds(train_seconds(result.best)) +
                         " to train, over the target of " + FormatSeconds(req.target_days * 86400) +
                         (req.global_batch > 0 ? " (the global batch of " + std::to_string(req.global_batch) +
                                                     " sequences caps the GPU count)"
                                               : "");
     } else if (!at.infeasible.empty()) {
       result.best = at.infeasible.front();
-      result.why_none = "nothing fits: the closest plan (" + Describe(result.best.plan) + ") needs " +
+      result.why_none = "nothing fits: the closest plan (" + PlanSummary(result.best.plan) + ") needs " +
                         result.best.why_not;
       if (searcher.untried_micro_batches)
         result.why_none += " (smaller micro-batches need over " + std::to_string(SearchGradAccumLimit(req.model)) +
@@ -546,14 +574,18 @@ SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profil
   result.train_seconds = train_seconds(result.best);
   result.train_cost = result.train_seconds / 3600 * result.best.plan.gpus * profile.price_per_gpu_hour;
 
-  // Alternatives: the best plan of each other (strategy, offload) family, so the
-  // list shows real choices rather than near-copies, then the nearest misses.
+  // Alternatives: the best plan of each other (strategy, offload, edges)
+  // family, so the list shows real choices rather than near-copies, then the
+  // nearest misses.
+  auto family = [](const Plan& p) {
+    return StrategyName(p.strategy) + std::to_string(p.shard_group_size) + OffloadName(p.offload) +
+           (p.replicate_edges ? "+edges" : "");
+  };
   std::map<std::string, bool> seen;
-  seen[StrategyName(result.best.plan.strategy) + std::to_string(result.best.plan.shard_group_size) +
-       OffloadName(result.best.plan.offload)] = true;
+  seen[family(result.best.plan)] = true;
   for (size_t i = 1; i < at.feasible.size() && result.alternatives.size() < 4; ++i) {
     const Plan& p = at.feasible[i].plan;
-    std::string key = StrategyName(p.strategy) + std::to_string(p.shard_group_size) + OffloadName(p.offload);
+    const std::string key = family(p);
     if (seen[key]) continue;
     seen[key] = true;
     result.alternatives.push_back({at.feasible[i], SlowerReason(at.feasible[i], result.best)});

@@ -44,6 +44,7 @@ struct SearchRequest {
   std::optional<int64_t> grad_accum;
   std::optional<std::vector<int>> checkpoint_layers;
   std::optional<Offload> offload;
+  std::optional<bool> replicate_edges;  // Plan::replicate_edges
 
   OptimizerConfig optimizer;
   int prefetch_depth = 1;

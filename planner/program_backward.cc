@@ -13,7 +13,7 @@ void ProgramBuilder::Backward(int mb) {
     // The embedding's backward is a scatter-add of output gradients: it
     // needs no weights, so it is never re-gathered.
     int gathered = -1;
-    if (GathersParams()) {
+    if (GathersParams(u)) {
       if (KeepsParamsThroughBackward(u)) gathered = gather_fwd_[u];
       else if (U(u).kind != UnitKind::kEmbedding) gathered = Gather(u, mb, true);
     }
@@ -68,7 +68,7 @@ void ProgramBuilder::Backward(int mb) {
         break;
     }
     saved_.erase({u, mb});
-    if (G() > 1) {
+    if (G(u) > 1) {
       // Cast for the reduce-scatter (its private input), then the
       // compute-dtype buffer goes back to the allocator.
       reduce_input_[u] = memory.Alloc(MemoryCategory::kGradBuffers, ReduceBytes() * Padded(u));
@@ -84,7 +84,7 @@ void ProgramBuilder::Backward(int mb) {
 }
 
 void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
-  if (G() == 1) {
+  if (G(u) == 1) {
     // One copy of the state per rank: the compute-dtype gradient is added
     // into the fp32 one right away and its buffer released.
     StepOp op;
@@ -97,7 +97,7 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
     // Read the compute-dtype gradient, read and write the fp32 one.
     op.work.elementwise_bytes = Padded(u) * (ParamBytes() + 8);
     op.work.launches = 2;
-    if (last_mb && R() > 1) op.gradient_scale = 1.0 / R();
+    if (last_mb && R(u) > 1) op.gradient_scale = 1.0 / R(u);
     MemoryScript memory(tensors_);
     memory.Free(compute_grad_[u]);
     compute_grad_[u] = -1;
@@ -117,10 +117,10 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
   rs.deps = {bwd};
   rs.work.collective = CollectiveOp::kReduceScatter;
   rs.work.collective_bytes = ReduceBytes() * Padded(u);
-  rs.work.group_size = G();
-  rs.work.spans_nodes = GroupSpansNodes(G());
+  rs.work.group_size = G(u);
+  rs.work.spans_nodes = GroupSpansNodes(G(u));
   MemoryScript memory(tensors_);
-  const int shard = memory.Alloc(MemoryCategory::kGradBuffers, ReduceBytes() * Padded(u) / G());
+  const int shard = memory.Alloc(MemoryCategory::kGradBuffers, ReduceBytes() * Padded(u) / G(u));
   rs.alloc_at_start = std::move(memory.events);
   const int id = Add(rs);
   reduce_scatters_.push_back(id);
@@ -140,9 +140,9 @@ void ProgramBuilder::AccumulateThrough(int rs_id) {
     op.name = "accumulate " + UnitName(s.unit) + MbSuffix(s.mb);
     op.deps = {s.rs};
     // Read the reduced shard, read and write the fp32 gradient shard.
-    op.work.elementwise_bytes = Padded(s.unit) / G() * (ReduceBytes() + 8);
+    op.work.elementwise_bytes = Padded(s.unit) / G(s.unit) * (ReduceBytes() + 8);
     op.work.launches = 1;
-    if (s.last_mb && R() > 1) op.gradient_scale = 1.0 / R();
+    if (s.last_mb && R(s.unit) > 1) op.gradient_scale = 1.0 / R(s.unit);
     MemoryScript memory(tensors_);
     for (int t : s.temporaries) memory.Free(t);
     op.alloc_at_start = std::move(memory.events);
@@ -151,20 +151,20 @@ void ProgramBuilder::AccumulateThrough(int rs_id) {
 }
 
 void ProgramBuilder::AfterReduction(int u, int mb, int reduced, bool last_mb) {
-  if (last_mb && R() > 1) {
+  if (last_mb && R(u) > 1) {
     // Across replica groups, once per step (DDP's no_sync for earlier
     // micro-batches); the shard was pre-scaled by 1/R, so the sum is the mean.
     StepOp ar;
     ar.kind = OpKind::kAllReduce;
     ar.stream = StreamKind::kReduce;
-    ar.group = CommGroup::kReplica;
+    ar.group = ReplicaGroupOf(u);
     ar.unit = u;
     ar.micro_batch = static_cast<int>(plan_.grad_accum) - 1;
     ar.name = "all-reduce " + UnitName(u);
     ar.deps = {reduced};
     ar.work.collective = CollectiveOp::kAllReduce;
-    ar.work.collective_bytes = 4 * Padded(u) / G();
-    ar.work.group_size = R();
+    ar.work.collective_bytes = 4 * Padded(u) / G(u);
+    ar.work.group_size = R(u);
     ar.work.spans_nodes = plan_.gpus > plan_.gpus_per_node;
     reduced = Add(ar);
   }

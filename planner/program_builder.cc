@@ -123,7 +123,9 @@ bool ProgramBuilder::KeepsParamsThroughBackward(int u) const {
 void ProgramBuilder::MakeUnits() {
   const ModelSpec& m = plan_.model;
   auto add = [&](UnitKind k, int layer, int64_t params) {
-    Unit u{k, layer, params, (params + G() - 1) / G() * G()};
+    const int index = static_cast<int>(p_.units.size());
+    const int g = plan_.UnitShardGroup(index);
+    Unit u{k, layer, params, (params + g - 1) / g * g, g, plan_.UnitResident(index)};
     p_.units.push_back(u);
   };
   add(UnitKind::kEmbedding, -1, m.EmbeddingParams());
@@ -148,9 +150,8 @@ void ProgramBuilder::MakeUnits() {
 }
 
 void ProgramBuilder::MakePersistent() {
-  double padded = 0;
-  for (const auto& u : p_.units) padded += static_cast<double>(u.padded_params);
-  const double shard = padded / G();
+  double shard = 0;  // this rank's elements over every unit
+  for (int u = 0; u < NumUnits(); ++u) shard += Shard(u);
   PersistentMemory& pm = p_.persistent;
   HostMemory& host = p_.host;
   const Offload o = plan_.offload;
@@ -165,7 +166,6 @@ void ProgramBuilder::MakePersistent() {
   } else if (o == Offload::kOptimizer) {
     // Master weights and AdamW state live with the CPU optimizer; the GPU keeps
     // the bf16 shard that all-gathers read.
-    pm.compute_params = ParamBytes() * shard;
     host.master_params = 4 * shard;
     host.optimizer_state = 8 * shard;
     host.grad_staging = 4 * shard;
@@ -175,7 +175,6 @@ void ProgramBuilder::MakePersistent() {
   } else if (o == Offload::kParams) {
     // fp32 master on the host, streamed in for the GPU optimizer step; the bf16
     // shard stays for the gathers.
-    pm.compute_params = ParamBytes() * shard;
     pm.optimizer_state = 8 * shard;
     host.master_params = 4 * shard;
   } else {  // optimizer + params: the compute-dtype shard too lives on the host and
@@ -184,10 +183,15 @@ void ProgramBuilder::MakePersistent() {
     host.optimizer_state = 8 * shard;
     host.grad_staging = 4 * shard;
   }
-  // The compute-dtype copy the device keeps: the whole model without
-  // sharding (DDP), else this rank's shard, which the all-gathers send.
-  if (!Sharded()) pm.compute_params = ParamBytes() * padded;
-  else if (o == Offload::kNone && G() > 1) pm.compute_params = ParamBytes() * shard;
+  // The compute-dtype copy the device keeps per unit: the whole unit when it
+  // is resident (no_shard, an edge kept whole), else this rank's shard, which
+  // the all-gathers send — except on one GPU without offload, whose "gather"
+  // casts the fp32 master, and with the parameters streamed from the host.
+  for (int u = 0; u < NumUnits(); ++u) {
+    if (U(u).resident) pm.compute_params += ParamBytes() * Padded(u);
+    else if (o == Offload::kOptimizer || o == Offload::kParams || (o == Offload::kNone && G(u) > 1))
+      pm.compute_params += ParamBytes() * Shard(u);
+  }
   pm.cuda_context = profile_.device_kind == "cuda" ? profile_.cuda_context_bytes : 0;
   pm.workspaces = profile_.workspace_bytes;
   // Every micro-batch's tokens (int64 [micro_batch, seq + 1]) and RoPE's cos

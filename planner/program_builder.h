@@ -70,6 +70,12 @@ class ProgramBuilder {
   // --- shared helpers ---
   int G() const { return plan_.shard_group_size; }
   int R() const { return plan_.ReplicaGroups(); }
+  // Unit u's own shard group and replicas (an edge unit kept whole: 1 and gpus).
+  int G(int u) const { return U(u).group_size; }
+  int R(int u) const { return plan_.gpus / U(u).group_size; }
+  // The group a unit's gradient all-reduce runs in: the replica group, or the
+  // whole job for an edge unit kept whole under a sharded strategy.
+  CommGroup ReplicaGroupOf(int u) const { return U(u).resident && Sharded() ? CommGroup::kWorld : CommGroup::kReplica; }
   bool Sharded() const { return plan_.strategy != ShardingStrategy::kNoShard; }
   bool GroupSpansNodes(int group) const { return group > plan_.gpus_per_node; }
   double ReduceBytes() const { return DTypeBytes(plan_.reduce_dtype); }
@@ -79,7 +85,8 @@ class ProgramBuilder {
   int NumUnits() const { return static_cast<int>(p_.units.size()); }
   const Unit& U(int u) const { return p_.units[u]; }
   double Padded(int u) const { return static_cast<double>(U(u).padded_params); }
-  bool GathersParams() const { return Sharded(); }
+  double Shard(int u) const { return Padded(u) / G(u); }  // this rank's elements of unit u
+  bool GathersParams(int u) const { return !U(u).resident; }
   bool Recomputed(int u) const { return U(u).kind == UnitKind::kBlock && plan_.IsCheckpointed(U(u).layer); }
   // The (vocab x hidden) matrix the head multiplies by: its own or, tied, the embedding's.
   double OutputMatrixParams() const { return static_cast<double>(plan_.model.vocab * plan_.model.hidden); }

@@ -58,8 +58,8 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
     copy.unit = u;
     copy.micro_batch = mb;
     copy.name = "h2d params " + UnitName(u) + (backward ? " bwd" : "") + MbSuffix(mb);
-    copy.work.copy_bytes = bytes / G();
-    copy.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, bytes / G()});
+    copy.work.copy_bytes = bytes / G(u);
+    copy.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, bytes / G(u)});
     copy.deps = deps;
     deps.push_back(Add(copy));
   }
@@ -73,18 +73,18 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
   op.deps = deps;
   op.work.collective = CollectiveOp::kAllGather;
   op.work.collective_bytes = bytes;
-  op.work.group_size = G();
-  op.work.spans_nodes = GroupSpansNodes(G());
+  op.work.group_size = G(u);
+  op.work.spans_nodes = GroupSpansNodes(G(u));
   // On one GPU the "gather" is the fp32 -> bf16 cast of the master shard (a
   // copy of the compute-dtype shard when it streamed in from the host).
-  if (G() == 1) {
+  if (G(u) == 1) {
     op.work.elementwise_bytes = Padded(u) * ((params_offloaded ? ParamBytes() : 4) + ParamBytes());
     op.work.launches = 1;
   }
   MemoryScript memory(tensors_);
   gathered_[u] = memory.Alloc(MemoryCategory::kGatheredParams, bytes);
   op.alloc_at_start = std::move(memory.events);
-  if (params_offloaded) op.free_at_end.push_back({MemoryCategory::kOffloadStaging, -bytes / G()});
+  if (params_offloaded) op.free_at_end.push_back({MemoryCategory::kOffloadStaging, -bytes / G(u)});
   const int id = Add(op);
   current_gather_[u] = id;
   if (!kept) in_flight_.push_back(id);
@@ -129,7 +129,7 @@ void ProgramBuilder::FillBackwardWork(int u, OpWork& w) const {
 void ProgramBuilder::Forward(int mb) {
   const int n = NumUnits();
   for (int u = 0; u < n; ++u) {
-    if (GathersParams()) gather_fwd_[u] = Gather(u, mb, false);
+    if (GathersParams(u)) gather_fwd_[u] = Gather(u, mb, false);
     StepOp op;
     op.kind = OpKind::kForward;
     op.stream = StreamKind::kCompute;
@@ -137,7 +137,7 @@ void ProgramBuilder::Forward(int mb) {
     op.micro_batch = mb;
     op.name = "forward " + UnitName(u) + MbSuffix(mb);
     FillForwardWork(u, op.work);
-    op.deps = {GathersParams() ? gather_fwd_[u] : -1, u > 0 ? last_forward_[u - 1] : -1};
+    op.deps = {GathersParams(u) ? gather_fwd_[u] : -1, u > 0 ? last_forward_[u - 1] : -1};
     MemoryScript memory(tensors_);
     switch (U(u).kind) {
       case UnitKind::kEmbedding: saved_[{u, mb}] = EmbeddingForward(shape_, memory); break;
@@ -147,7 +147,7 @@ void ProgramBuilder::Forward(int mb) {
     op.alloc_at_start = std::move(memory.events);
     last_forward_[u] = Add(op);
     if (U(u).kind == UnitKind::kHead) last_loss_ = last_forward_[u];
-    if (GathersParams() && !KeepsParamsThroughBackward(u)) Release(u, mb, last_forward_[u], false);
+    if (GathersParams(u) && !KeepsParamsThroughBackward(u)) Release(u, mb, last_forward_[u], false);
   }
 }
 

@@ -8,7 +8,7 @@ namespace llmplan {
 void ProgramBuilder::ClipGradients() {
   const int n = NumUnits();
   double shard_params = 0;
-  for (int u = 0; u < n; ++u) shard_params += Padded(u) / G();
+  for (int u = 0; u < n; ++u) shard_params += Shard(u);
   AccumulateThrough(reduce_scatters_.empty() ? -1 : reduce_scatters_.back());
   // Clipping needs the global gradient norm: every reduction must be in.
   StepOp norm;
@@ -50,7 +50,7 @@ void ProgramBuilder::OptimizerStep() {
   const int n = NumUnits();
   const Offload o = plan_.offload;
   for (int u = 0; u < n; ++u) {
-    const double shard = Padded(u) / G();
+    const double shard = Shard(u);
     if (!OffloadsOptimizer(o)) {
       int master_in = -1;
       if (OffloadsParams(o)) {
@@ -103,11 +103,11 @@ void ProgramBuilder::OptimizerStep() {
     copy.unit = u;
     copy.name = "d2h grads " + UnitName(u);
     copy.deps = {clip_};
-    copy.work.copy_bytes = 4 * Padded(u) / G();
+    copy.work.copy_bytes = 4 * Shard(u);
     grads_on_host[u] = Add(copy);
   }
   for (int u = 0; u < n; ++u) {
-    const double shard = Padded(u) / G();
+    const double shard = Shard(u);
     StepOp cpu;
     cpu.kind = OpKind::kCpuOptimizerStep;
     cpu.stream = StreamKind::kCpu;

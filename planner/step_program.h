@@ -151,7 +151,13 @@ struct Unit {
   UnitKind kind;
   int layer = -1;      // block index for kBlock
   int64_t params = 0;  // parameters this unit owns (its flat buffer's length)
-  int64_t padded_params = 0;  // rounded up to a multiple of the shard group size
+  int64_t padded_params = 0;  // rounded up to a multiple of group_size
+  // GPUs sharing one copy of its state (Plan::UnitShardGroup): the plan's
+  // shard group, or 1 for an edge unit kept whole (replicate_edges).
+  int group_size = 1;
+  // Kept gathered for the whole run: no gathers or releases (no_shard, or an
+  // edge unit kept whole); its compute copy is refreshed by the optimizer.
+  bool resident = false;
 };
 
 // Device memory that lives for the whole step (not in the op stream).

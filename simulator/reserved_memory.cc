@@ -51,34 +51,43 @@ class Replay {
   void StartUp() {
     const PersistentMemory& pm = program_.persistent;
     const double c = DTypeBytes(plan_.param_dtype);
-    const bool sharded = plan_.shard_group_size > 1;
-    const bool resident = plan_.strategy == ShardingStrategy::kNoShard;
-    double total = 0;
-    for (const Unit& u : program_.units) total += static_cast<double>(u.padded_params);
+    // Each unit's share of the persistent terms: its shard's part of all
+    // shards (an edge unit kept whole has a larger shard than a block). The
+    // compute-dtype shards are shared among the gathered units only: a
+    // resident unit's compute copy is its compute buffer.
+    double shards = 0, gathered_shards = 0, resident_compute = 0;
+    for (const Unit& u : program_.units) {
+      const double shard = static_cast<double>(u.padded_params) / u.group_size;
+      shards += shard;
+      if (u.resident) resident_compute += c * static_cast<double>(u.padded_params);
+      else gathered_shards += shard;
+    }
+    const double compute_shards = pm.compute_params - resident_compute;
     if (plan_.gpus > 1) {  // the health check's small tensors: the first small segment
       Free(Alloc(8));
       Free(Alloc(12));
     }
     for (const Unit& u : program_.units) {
-      const double padded = static_cast<double>(u.padded_params), share = padded / total;
+      const double padded = static_cast<double>(u.padded_params), shard = padded / u.group_size;
+      const double share = shard / shards;
       Alloc(pm.param_shards * share);  // master
       Alloc(pm.grad_shards * share);   // grad
       const int64_t compute = Alloc(c * padded);
       const int64_t compute_grad = Alloc(c * padded);
-      if (!resident) Alloc(pm.compute_params * share);  // compute_shard (resident: compute itself)
+      if (!u.resident) Alloc(compute_shards * shard / gathered_shards);  // compute_shard (resident: compute itself)
       Free(compute_grad);
       // Released at once when sharded. On one GPU with gathers (casts) it
       // stays materialised into the first step: that step's first gather of
       // the unit finds it there, and its release frees it.
-      if (sharded) {
+      if (u.group_size > 1) {
         Free(compute);
         materialized_.push_back(-1);
       } else {
-        materialized_.push_back(resident ? -1 : compute);
+        materialized_.push_back(u.resident ? -1 : compute);
       }
     }
     for (const Unit& u : program_.units) {
-      const double share = static_cast<double>(u.padded_params) / total;
+      const double share = static_cast<double>(u.padded_params) / u.group_size / shards;
       Alloc(pm.optimizer_state * share / 2);  // AdamW m
       Alloc(pm.optimizer_state * share / 2);  // AdamW v
     }

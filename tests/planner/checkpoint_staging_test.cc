@@ -42,7 +42,7 @@ TEST(CheckpointStagingTest, TwelveBytesPerElementOfRankZerosShard) {
   // is exactly N / 8: 1,003,782,656 elements.
   const Plan full = MakePlan(8, ShardingStrategy::kFullShard, 0, Offload::kNone);
   const StepProgram program = BuildStepProgram(full, h100);
-  EXPECT_DOUBLE_EQ(CheckpointStagingBytesPerRank(program, 8), 12 * 1'003'782'656.0);
+  EXPECT_DOUBLE_EQ(CheckpointStagingBytesPerRank(program), 12 * 1'003'782'656.0);
   // Every GPU of the node stages its own shard: the per-GPU share is the same.
   EXPECT_DOUBLE_EQ(CheckpointStagingBytesPerGpu(full, program), 12 * 1'003'782'656.0);
   EXPECT_EQ(program.host.checkpoint_staging, 0) << "BuildStepProgram leaves it to the evaluation";
@@ -58,7 +58,7 @@ TEST(CheckpointStagingTest, TwelveBytesPerElementOfRankZerosShard) {
   for (const int64_t numel : {odd.model.EmbeddingParams(), odd.model.HeadParams() + odd.model.FinalNormParams()})
     expected += static_cast<double>((numel + 2) / 3);
   expected += odd.model.layers * static_cast<double>((odd.model.ParamsPerBlock() + 2) / 3);
-  EXPECT_DOUBLE_EQ(CheckpointStagingBytesPerRank(tiny, 3), 12 * expected);
+  EXPECT_DOUBLE_EQ(CheckpointStagingBytesPerRank(tiny), 12 * expected);
 }
 
 TEST(CheckpointStagingTest, OnlyTheFirstShardGroupStagesSoTheNodeSharesIt) {
@@ -68,12 +68,12 @@ TEST(CheckpointStagingTest, OnlyTheFirstShardGroupStagesSoTheNodeSharesIt) {
   const Plan ddp = MakePlan(8, ShardingStrategy::kNoShard, 0, Offload::kNone);
   const StepProgram ddp_program = BuildStepProgram(ddp, h100);
   const double whole = 12 * 8'030'261'248.0;
-  EXPECT_DOUBLE_EQ(CheckpointStagingBytesPerRank(ddp_program, 1), whole);
+  EXPECT_DOUBLE_EQ(CheckpointStagingBytesPerRank(ddp_program), whole);
   EXPECT_DOUBLE_EQ(CheckpointStagingBytesPerGpu(ddp, ddp_program), whole / 8);
   // hybrid_shard(2) on 16 GPUs: ranks 0 and 1 stage half each, on the first node's 8 GPUs.
   const Plan hybrid = MakePlan(16, ShardingStrategy::kHybridShard, 2, Offload::kNone);
   const StepProgram hybrid_program = BuildStepProgram(hybrid, h100);
-  EXPECT_DOUBLE_EQ(CheckpointStagingBytesPerRank(hybrid_program, 2), whole / 2);
+  EXPECT_DOUBLE_EQ(CheckpointStagingBytesPerRank(hybrid_program), whole / 2);
   EXPECT_DOUBLE_EQ(CheckpointStagingBytesPerGpu(hybrid, hybrid_program), 2 * (whole / 2) / 8);
 }
 

@@ -389,5 +389,35 @@ TEST(PlanSearchTest, ParameterOffloadIsSearchedWhereItCanPay) {
   EXPECT_EQ(Search(pinned).result.best.plan.offload, Offload::kOptimizerAndParams);
 }
 
+TEST(PlanSearchTest, ReplicatedEdgesAreSearchedAndChosenWhereTheyPay) {
+  // Llama-3.2-1B on 64 H100 with 8 micro-batches per step: sharded, the
+  // embedding and head (half the model's parameters, 128k x 2048 each) are
+  // gathered and reduce-scattered on every micro-batch across nodes; kept
+  // whole, their gradients cross the network once per step.
+  auto req = Request("llama3.2-1b", "h100-sxm-80g", 64, 4096, 4096);
+  req.strategy = ShardingStrategy::kFullShard;
+  req.micro_batch = 8;
+  Searched s = Search(req);
+  ExpectAllFeasibleFit(s);
+  ExpectEqualsEvaluatePlan(s);
+  const Plan& best = s.result.best.plan;
+  EXPECT_TRUE(best.replicate_edges);
+  Plan sharded = best;
+  sharded.replicate_edges = false;
+  EXPECT_GT(s.result.best.tokens_per_second_per_gpu, EvaluatePlan(sharded, s.profile).tokens_per_second_per_gpu);
+  // Pinned off, never chosen; pinned on, every plan has it.
+  req.replicate_edges = false;
+  Searched off = Search(req);
+  EXPECT_FALSE(off.result.best.plan.replicate_edges);
+  for (const auto& alt : off.result.alternatives) EXPECT_FALSE(alt.estimate.plan.replicate_edges);
+  req = Request("llama3.2-1b", "h100-sxm-80g", 8, 4096, 64);
+  req.replicate_edges = true;
+  Searched on = Search(req);
+  ASSERT_TRUE(on.result.found);
+  EXPECT_TRUE(on.result.best.plan.replicate_edges);
+  EXPECT_NE(on.result.best.plan.strategy, ShardingStrategy::kNoShard);
+  for (const auto& alt : on.result.alternatives) EXPECT_TRUE(alt.estimate.plan.replicate_edges);
+}
+
 }  // namespace
 }  // namespace llmplan

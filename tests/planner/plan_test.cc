@@ -33,10 +33,16 @@ Plan Example() {
 
 TEST(PlanTest, JsonRoundTrip) {
   Plan a = Example();
+  a.replicate_edges = true;
   testing::ScratchDir dir;
   SavePlan(a, dir.File("p.json"));
   Plan b = LoadPlan(dir.File("p.json"));
   EXPECT_EQ(PlanToJson(a), PlanToJson(b));
+  EXPECT_TRUE(b.replicate_edges);
+  EXPECT_EQ(b.UnitShardGroup(0), 1);
+  EXPECT_EQ(b.UnitShardGroup(1), b.shard_group_size);
+  EXPECT_EQ(b.UnitShardGroup(b.model.layers + 1), 1);
+  EXPECT_EQ(b.UnitReplicas(0), b.gpus);
   EXPECT_EQ(b.model.TotalParams(), 7'615'616'512);
   EXPECT_EQ(b.checkpoint_layers, (std::vector<int>{0, 3, 4, 5, 27}));
   EXPECT_EQ(b.GlobalBatch(), 2 * 4 * 16);

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "base/user_error.h"
 #include "planner/cost_model.h"
 #include "planner/plan.h"
 #include "planner/step_program.h"
@@ -147,6 +148,82 @@ TEST(StepProgramTest, HybridReduceScattersEveryMicroBatchAndAllReducesOnTheLast)
       EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), acc), op.deps.end()) << op.name;
       EXPECT_DOUBLE_EQ(p.ops[acc].gradient_scale, 0.5);
     }
+}
+
+// Per-unit strategy: with replicate_edges the embedding and head are whole
+// on every GPU — no gathers or reduce-scatters for them; their gradients are
+// reduced locally every micro-batch (the last one pre-scaled by 1/world) and
+// all-reduced over the whole job once — while the blocks keep their sharding.
+TEST(StepProgramTest, ReplicatedEdgesAreWholeOnEveryGpuAndAllReducedOverTheJob) {
+  for (int group : {8, 4}) {  // full_shard over 8, hybrid 4 x 2
+    Plan plan = TinyPlan(8, group == 8 ? ShardingStrategy::kFullShard : ShardingStrategy::kHybridShard, group);
+    plan.replicate_edges = true;
+    plan.Validate();
+    const StepProgram p = Build(plan);
+    const Plan plain = TinyPlan(8, plan.strategy, group);
+    const StepProgram q = Build(plain);
+    for (int u : {0, p.HeadUnit()}) {
+      EXPECT_EQ(p.units[u].group_size, 1);
+      EXPECT_TRUE(p.units[u].resident);
+      EXPECT_EQ(p.units[u].padded_params, p.units[u].params);
+      EXPECT_EQ(Count(p, OpKind::kAllGather, u), 0);
+      EXPECT_EQ(Count(p, OpKind::kRelease, u), 0);
+      EXPECT_EQ(Count(p, OpKind::kReduceScatter, u), 0);
+      EXPECT_EQ(Count(p, OpKind::kLocalReduce, u), kAccum);
+      EXPECT_EQ(Count(p, OpKind::kAllReduce, u), 1);
+      for (const auto& op : p.ops) {
+        if (op.unit != u) continue;
+        if (op.kind == OpKind::kAllReduce) {
+          EXPECT_EQ(op.group, CommGroup::kWorld);
+          EXPECT_EQ(op.work.group_size, 8);
+          EXPECT_EQ(op.micro_batch, kAccum - 1);
+          EXPECT_DOUBLE_EQ(op.work.collective_bytes, 4.0 * static_cast<double>(p.units[u].params));
+        }
+        if (op.kind == OpKind::kLocalReduce)
+          EXPECT_DOUBLE_EQ(op.gradient_scale, op.micro_batch == kAccum - 1 ? 1.0 / 8 : 1.0) << op.name;
+      }
+    }
+    // The blocks are untouched: the same collectives, groups and counts.
+    for (int l = 0; l < kL; ++l) {
+      const int u = p.BlockUnit(l);
+      EXPECT_EQ(p.units[u].group_size, group);
+      EXPECT_FALSE(p.units[u].resident);
+      for (OpKind k : {OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kAllReduce, OpKind::kAccumulateShard})
+        EXPECT_EQ(Count(p, k, u), Count(q, k, u)) << OpKindName(k) << " block " << l;
+    }
+    // The norm is still summed over the shard group (the executor counts a
+    // whole unit on the group's first rank only).
+    EXPECT_EQ(Count(p, OpKind::kAllReduceGradNorm), 1);
+    // Memory: each edge's whole fp32 master, gradient and AdamW state (16
+    // bytes per parameter) and its bf16 compute copy instead of 1/group of it.
+    double edges = 0;
+    for (int u : {0, p.HeadUnit()}) edges += static_cast<double>(p.units[u].params);
+    const double edge_shards = static_cast<double>(q.units[0].padded_params + q.units[q.HeadUnit()].padded_params) / group;
+    const auto& a = p.persistent;
+    const auto& b = q.persistent;
+    EXPECT_NEAR(a.param_shards + a.grad_shards + a.optimizer_state - (b.param_shards + b.grad_shards + b.optimizer_state),
+                16 * (edges - edge_shards), 1.0);
+    EXPECT_NEAR(a.compute_params - b.compute_params, 2 * (edges - edge_shards), 1.0);
+  }
+}
+
+TEST(StepProgramTest, ReplicatedEdgesNeedShardedBlocksAndNoStreamedParameters) {
+  Plan p = TinyPlan(4, ShardingStrategy::kNoShard);
+  p.replicate_edges = true;
+  EXPECT_THROW(p.Validate(), UserError);
+  p = TinyPlan(1, ShardingStrategy::kFullShard);
+  p.replicate_edges = true;
+  EXPECT_THROW(p.Validate(), UserError);
+  p = TinyPlan(4, ShardingStrategy::kFullShard, 0, Offload::kOptimizerAndParams);
+  p.replicate_edges = true;
+  EXPECT_THROW(p.Validate(), UserError);
+  for (Offload o : {Offload::kOptimizer, Offload::kParams}) {
+    p = TinyPlan(4, ShardingStrategy::kShardGradOp, 0, o);
+    p.replicate_edges = true;
+    EXPECT_NO_THROW(p.Validate()) << OffloadName(o);
+    const StepProgram program = Build(p);
+    EXPECT_EQ(Count(program, OpKind::kAllGather, 0), 0) << OffloadName(o);
+  }
 }
 
 TEST(StepProgramTest, OffloadOptimizerCopiesDownStepsOnCpuAndCopiesUp) {
