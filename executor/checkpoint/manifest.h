@@ -12,7 +12,9 @@
 // the concatenation of its Hugging Face parameters in order, without the
 // sharding's padding. Each shard file holds, for every unit u, the part
 // [begin, begin + count) of that vector the rank owned, as 1-D F32 tensors
-// named "unit.<u>.master", "unit.<u>.exp_avg" and "unit.<u>.exp_avg_sq".
+// named "unit.<u>.master", "unit.<u>.exp_avg" and "unit.<u>.exp_avg_sq" —
+// except a unit every rank holds whole (the embedding and head of a plan with
+// replicate_edges), which only rank 0's file holds.
 // The manifest lists those pieces explicitly, so a loader with any number of
 // ranks and any strategy reads the ranges it needs without knowing how the
 // saver sharded (reshard on load).
@@ -36,7 +38,7 @@ namespace llmplan::checkpoint {
 
 inline constexpr int kManifestVersion = 1;
 inline constexpr const char* kManifestFormat = "llmplan-checkpoint";
-// The state kinds every unit has in every shard file, in this order.
+// The state kinds every unit has in the shard files holding it, in this order.
 inline constexpr const char* kStateKinds[] = {"master", "exp_avg", "exp_avg_sq"};
 
 // The tensor name of unit `unit`'s state `kind` in a shard file.

@@ -104,8 +104,15 @@ std::string CheckpointWriter::Save(std::vector<FlatUnit>& units, const AdamWStat
   for (size_t u = 0; u < units.size(); ++u) {
     const OwnedRange owned = Owned(units[u]);
     const at::Tensor sources[3] = {units[u].master(), state.exp_avg[u], state.exp_avg_sq[u]};
+    // An edge unit kept whole (replicate_edges) is the same on every rank:
+    // rank 0 saves it, the others' files leave it out.
+    const bool saved_by_rank0 = units[u].group_size() == 1 && plan_.shard_group_size > 1;
     for (int k = 0; k < 3; ++k) {
       at::Tensor& dst = snap.units[u][k];
+      if (saved_by_rank0 && rank_ != 0) {
+        dst = at::Tensor();
+        continue;
+      }
       if (!dst.defined() || dst.numel() != owned.count)
         dst = options_.async ? PinnedHostZeros(owned.count, at::kFloat) : at::empty({owned.count}, at::kFloat);
       on_gpu = on_gpu || sources[k].is_cuda();
@@ -151,9 +158,11 @@ CheckpointManifest CheckpointWriter::Manifest(const TrainingProgress& progress) 
     unit.name = UnitName(model_, u);
     for (const ParamShape& p : model_.unit_params(u)) unit.params.push_back({p.name, p.shape});
     unit.numel = model_.UnitNumel(u);
-    // FlatUnit's layout: padded to a multiple of the group, equal slices.
-    const int64_t shard = (unit.numel + group - 1) / group;
-    for (int r = 0; r < group; ++r) {
+    // FlatUnit's layout: padded to a multiple of the group, equal slices (a
+    // unit kept whole on every rank: one piece, in rank 0's file).
+    const int unit_group = plan_.UnitShardGroup(u);
+    const int64_t shard = (unit.numel + unit_group - 1) / unit_group;
+    for (int r = 0; r < unit_group; ++r) {
       const int64_t begin = std::min<int64_t>(r * shard, unit.numel), end = std::min<int64_t>((r + 1) * shard, unit.numel);
       unit.pieces.push_back({ShardFileName(r, group), begin, end - begin});
     }
@@ -174,7 +183,9 @@ void CheckpointWriter::Write(const Snapshot& snap, const TrainingProgress& progr
     if (ec) throw UserError("cannot create " + partial + ": " + ec.message());
     std::map<std::string, torch::Tensor> tensors;
     for (size_t u = 0; u < snap.units.size(); ++u)
-      for (int k = 0; k < 3; ++k) tensors[checkpoint::ShardTensorName(static_cast<int>(u), checkpoint::kStateKinds[k])] = snap.units[u][k];
+      for (int k = 0; k < 3; ++k)
+        if (snap.units[u][k].defined())
+          tensors[checkpoint::ShardTensorName(static_cast<int>(u), checkpoint::kStateKinds[k])] = snap.units[u][k];
     const checkpoint::FileDigest d = checkpoint::WriteSafetensors(
         partial + "/" + ShardFileName(rank_, group), tensors,
         {{"format", checkpoint::kManifestFormat}, {"step", std::to_string(progress.step)}, {"rank", std::to_string(rank_)}});
@@ -258,12 +269,15 @@ const checkpoint::SafetensorsReader& CheckpointReader::File(const std::string& n
   return *it->second;
 }
 
-void CheckpointReader::VerifyFilesFor(int64_t group_size, int64_t shard_rank) {
+void CheckpointReader::VerifyFilesFor(const Plan& plan, int64_t shard_rank) {
   std::set<std::string> needed;
-  for (const checkpoint::CheckpointUnit& unit : manifest_.units) {
+  for (size_t u = 0; u < manifest_.units.size(); ++u) {
+    const checkpoint::CheckpointUnit& unit = manifest_.units[u];
     // FlatUnit's layout: padded to a multiple of the group, equal slices.
+    const int64_t group_size = plan.UnitShardGroup(static_cast<int>(u));
+    const int64_t rank = group_size == 1 ? 0 : shard_rank;
     const int64_t shard = (unit.numel + group_size - 1) / group_size;
-    const int64_t begin = std::min(shard_rank * shard, unit.numel), end = std::min((shard_rank + 1) * shard, unit.numel);
+    const int64_t begin = std::min(rank * shard, unit.numel), end = std::min((rank + 1) * shard, unit.numel);
     for (const checkpoint::CheckpointPiece& p : unit.pieces)
       if (p.count > 0 && p.begin < end && begin < p.begin + p.count) needed.insert(p.file);
   }

@@ -123,9 +123,10 @@ class CheckpointReader {
   const checkpoint::CheckpointManifest& manifest() const { return manifest_; }
 
   // Verifies (size, CRC-32C) the files rank `shard_rank` of a shard group of
-  // `group_size` reads: those holding a part of its shard of some unit.
-  // Throws UserError on damage.
-  void VerifyFilesFor(int64_t group_size, int64_t shard_rank);
+  // `plan` reads: those holding a part of its shard of some unit (each unit
+  // sharded over Plan::UnitShardGroup). Throws UserError on damage.
+  // REQUIRES: plan is for the checkpoint's model.
+  void VerifyFilesFor(const Plan& plan, int64_t shard_rank);
 
   // Elements [begin, begin + count) of unit `unit`'s state `kind` ("master",
   // "exp_avg", "exp_avg_sq"), fp32 on the host, from whichever pieces hold them.

@@ -25,7 +25,7 @@ HostMemoryNeed PredictHostMemory(const Plan& plan, const StepProgram& program, b
                   program.host.checkpoint_staging;
   need.ranks = ranks_on_node;
   need.staging_ranks = staging_ranks_on_node;
-  need.checkpoint_staging = staging_ranks_on_node * CheckpointStagingBytesPerRank(program, plan.shard_group_size);
+  need.checkpoint_staging = staging_ranks_on_node * CheckpointStagingBytesPerRank(program);
   return need;
 }
 

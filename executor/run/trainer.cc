@@ -279,7 +279,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   UnitValues initial_values;
   if (!resume_path.empty()) {
     resume_from = std::make_unique<CheckpointReader>(resume_path, model);
-    resume_from->VerifyFilesFor(plan.shard_group_size, shard_rank);  // damaged: refused before a byte is used
+    resume_from->VerifyFilesFor(plan, shard_rank);  // damaged: refused before a byte is used
     initial_values = [&](int u, int64_t begin, int64_t count) { return resume_from->Read(u, "master", begin, count); };
   } else if (!config.init_from.empty()) {
     pretrained = std::make_unique<PretrainedWeights>(config.init_from, model);

@@ -50,14 +50,9 @@ at::Tensor InitialValues(const LlamaModel& model, int u, uint64_t seed) {
 std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan, const at::Device& device,
                                        int shard_rank, const UnitValues& values) {
   FlatUnitOptions options;
-  options.group_size = plan.shard_group_size;
-  options.rank = shard_rank;
   options.compute_dtype = ComputeDtype(plan);
   options.master_on_host = OffloadsOptimizer(plan.offload) || OffloadsParams(plan.offload);
   options.compute_shard_on_host = OffloadsOptimizer(plan.offload) && OffloadsParams(plan.offload);
-  // no_shard programs never release (and never gather: the optimizer step
-  // refreshes the resident copy).
-  options.compute_resident = plan.strategy == ShardingStrategy::kNoShard;
   // Each unit draws its initial values from its own generator on the host,
   // one normal at a time (a generator is sequential): for an 8B model that is
   // a minute on one core. Units are independent, so a batch of them is drawn
@@ -84,7 +79,14 @@ std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan
     for (const auto& e : failed)
       if (e) std::rethrow_exception(e);
     for (int u = first; u < last; ++u) {
-      units.emplace_back(model.unit_params(u), options, device);
+      // An edge unit kept whole (replicate_edges) is a group of one on every
+      // rank. Resident units never release (and never gather: the optimizer
+      // step refreshes the resident copy).
+      FlatUnitOptions unit_options = options;
+      unit_options.group_size = plan.UnitShardGroup(u);
+      unit_options.rank = unit_options.group_size == 1 ? 0 : shard_rank;
+      unit_options.compute_resident = plan.UnitResident(u);
+      units.emplace_back(model.unit_params(u), unit_options, device);
       FlatUnit& unit = units.back();
       if (values) {
         unit.SetMasterOwned(values(u, unit.owned_begin(), unit.owned_numel()));
@@ -92,7 +94,7 @@ std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan
         unit.SetMasterFromFull(full[u - first]);  // this rank's slice
       }
       full[u - first] = at::Tensor();
-      if (unit.group_size() == 1 && options.compute_resident) {
+      if (unit.group_size() == 1 && unit_options.compute_resident) {
         unit.GatherLocal();
         unit.ReleaseComputeGrad();  // each backward materialises it (15 GiB of bf16 idle for an 8B model)
       } else {

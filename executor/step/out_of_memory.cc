@@ -18,6 +18,12 @@ std::string RePlanAdvice(const Plan& plan) {
                      std::to_string(plan.GlobalBatch()) + " --strategy " + StrategyName(plan.strategy);
   if (plan.strategy == ShardingStrategy::kHybridShard) pins += " --shard-group " + std::to_string(plan.shard_group_size);
   const bool all_checkpointed = static_cast<int64_t>(plan.checkpoint_layers.size()) == plan.model.layers;
+  if (plan.replicate_edges) {
+    // The embedding's and head's whole state on every GPU is the cheapest
+    // memory to give back: it costs only communication.
+    return "plan again with the embedding and head sharded like the blocks: " + pins + " --micro-batch " +
+           std::to_string(plan.micro_batch) + " --replicate-edges no --offload " + OffloadName(plan.offload);
+  }
   if (plan.micro_batch > 1) {
     return "plan again with the same pins and a smaller micro-batch: " + pins + " --micro-batch " +
            std::to_string(plan.micro_batch / 2) + " --offload " + OffloadName(plan.offload);

@@ -158,8 +158,9 @@ StepInterpreter::StepInterpreter(const Plan& plan, const LlamaModel& model, std:
     throw UserError("step program has " + std::to_string(program_.units.size()) + " units, the model " +
                     std::to_string(model.num_units()));
   for (int u = 0; u < model.num_units(); ++u) {
-    TORCH_CHECK(units[u].group_size() == S && units[u].padded_numel() == program_.units[u].padded_params,
-                "unit ", u, " was not made for this plan's shard group of ", S);
+    TORCH_CHECK(units[u].group_size() == program_.units[u].group_size &&
+                    units[u].padded_numel() == program_.units[u].padded_params,
+                "unit ", u, " was not made for this plan's shard group of ", program_.units[u].group_size);
     TORCH_CHECK(units[u].master_on_host() == (offload_ || params_on_host_), "unit ", u,
                 " master placement does not match the plan's offload");
     TORCH_CHECK(units[u].compute_shard_on_host() == (offload_ && params_on_host_), "unit ", u,
@@ -468,8 +469,13 @@ void StepInterpreter::LocalReduce(const StepOp& op) {
 
 void StepInterpreter::GradNorm(const StepOp& op) {
   (void)op;
+  // The program sums this over the shard group. An edge unit kept whole
+  // (replicate_edges) has the same whole gradient on every rank of the
+  // group: only the group's first rank counts it, so it counts once.
+  const bool first_of_group = comms_.shard == nullptr || comms_.shard->rank() == 0;
   std::vector<at::Tensor> grads;
-  for (auto& u : units_) grads.push_back(u.grad());
+  for (auto& u : units_)
+    if (first_of_group || u.group_size() == plan_.shard_group_size) grads.push_back(u.grad());
   norm_sq_ = AdamW::SumOfSquares(grads).reshape({1}).contiguous();
 }
 

@@ -6,7 +6,8 @@
 // its recompute ops, every reduction, the norm, the clipping and the loss are
 // its ops.
 //
-// How each op runs (S = shard group size, R = replica groups):
+// How each op runs (S = the unit's shard group size, R = its replicas; an
+// edge unit kept whole by replicate_edges has S = 1 on every rank):
 //   all-gather      S > 1: the compute-dtype shard all-gathered on the shard
 //                   group's gather communicator into the unit's compute buffer
 //                   (allocated at issue); S = 1: the fp32 master cast into it.
@@ -27,10 +28,12 @@
 //   reduce-local    S = 1: grad += compute-dtype gradient (x gradient_scale),
 //                   the latter released.
 //   all-reduce      a unit's fp32 gradient summed over the replica group (it
-//                   was pre-scaled by 1/R, so the sum is the mean).
+//                   was pre-scaled by 1/R, so the sum is the mean) — over the
+//                   world for an edge unit kept whole (replicate_edges).
 //   grad norm / all-reduce grad norm / clip
 //                   sum of squares of this rank's shards, summed over the shard
-//                   group only (replicas hold identical shards), read on the
+//                   group only (replicas hold identical shards; a unit kept
+//                   whole counts on the group's first rank only), read on the
 //                   host, gradients scaled when above the limit.
 //   all-reduce step loss  over the world: the reported loss is the job's mean.
 //   adamw           the fused update of the unit's fp32 shard, writing the

@@ -66,7 +66,7 @@ TEST(CheckpointStagingPreflightTest, HostMemoryNeedCountsTheStagingOfTheNodesSta
   const Plan plan = TinyPlan(2);
   const StepProgram program = BuildStepProgram(plan, LoadHardwareProfile("cpu"));
   const double per_rank = executor::PredictedRankPeakBytes(program);
-  const double staging = CheckpointStagingBytesPerRank(program, 2);
+  const double staging = CheckpointStagingBytesPerRank(program);
   // tiny-llama's units are all of even size: each rank owns half of each.
   EXPECT_DOUBLE_EQ(staging, 12.0 * static_cast<double>(plan.model.TotalParams()) / 2);
   const executor::HostMemoryNeed cpu = executor::PredictHostMemory(plan, program, /*cpu_device=*/true, 2, 2);
@@ -164,13 +164,13 @@ TEST_F(CheckpointStagingRunTest, SummaryReportsTheStagingThePlannerPredicts) {
     const nlohmann::json summary = RunAsync(plan, "run" + std::to_string(gpus));
     const StepProgram program = BuildStepProgram(plan, LoadHardwareProfile("cpu"));
     EXPECT_EQ(summary["checkpoint_staging_bytes"].get<double>(),
-              CheckpointStagingBytesPerRank(program, plan.shard_group_size))
+              CheckpointStagingBytesPerRank(program))
         << summary.dump(1);
     EXPECT_EQ(summary["status"], "completed");
     EXPECT_EQ(summary["last_checkpoint"], Path("run" + std::to_string(gpus) + "_ckpt") + "/step-00000004");
   }
   // One rank stages the whole model: 12 bytes per parameter.
-  EXPECT_EQ(CheckpointStagingBytesPerRank(BuildStepProgram(TinyPlan(1), LoadHardwareProfile("cpu")), 1),
+  EXPECT_EQ(CheckpointStagingBytesPerRank(BuildStepProgram(TinyPlan(1), LoadHardwareProfile("cpu"))),
             12.0 * static_cast<double>(PresetModel("tiny-llama").TotalParams()));
 }
 

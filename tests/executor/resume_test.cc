@@ -12,6 +12,7 @@
 #include <chrono>
 #include <iterator>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 #include <string>
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "executor/checkpoint/manifest.h"
 #include "executor/checkpoint/safetensors.h"
 #include "planner/model_spec.h"
 #include "tests/cli_runner.h"
@@ -50,11 +52,13 @@ class ResumeTest : public ::testing::Test {
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
 
   // A plan for `gpus` CPU ranks with `strategy`, 4 samples of 64 tokens per step.
-  std::string MakePlan(int gpus, const std::string& strategy, int micro_batch) {
-    const std::string path = Path("plan-" + std::to_string(gpus) + "-" + strategy + ".json");
+  // `extra`: more estimate flags (pins).
+  std::string MakePlan(int gpus, const std::string& strategy, int micro_batch, const std::string& extra = "") {
+    const std::string path = Path("plan-" + std::to_string(gpus) + "-" + strategy +
+                                  (extra.empty() ? "" : "-" + std::to_string(std::hash<std::string>{}(extra))) + ".json");
     CommandResult r = RunLlmplan("estimate --model tiny-llama --gpus " + std::to_string(gpus) +
                                  " --gpu cpu --seq 64 --global-batch 4 --micro-batch " + std::to_string(micro_batch) +
-                                 " --strategy " + strategy + " --lr 3e-3 --warmup-steps 2 -o " + path);
+                                 " --strategy " + strategy + " --lr 3e-3 --warmup-steps 2 " + extra + " -o " + path);
     EXPECT_EQ(r.status, 0) << r.output;
     return path;
   }
@@ -143,6 +147,43 @@ TEST_F(ResumeTest, ReshardsOntoOtherRanksAndStrategies) {
     ASSERT_EQ(losses.size(), 3u);  // steps 3..5 in this run's metrics
     for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(losses[i], expected[2 + i], 1e-5 * expected[2 + i]);
   }
+}
+
+// A plan that keeps the embedding and head whole on every rank
+// (--replicate-edges yes): rank 0 alone saves them (one piece each, in its
+// file), a resume with the same plan is bit for bit, and the checkpoint
+// reshards both ways: onto one rank, and from the plain full_shard one.
+TEST_F(ResumeTest, ReplicatedEdgesSaveOnceResumeExactlyAndReshard) {
+  const std::string edges = MakePlan(2, "full_shard", 1, "--replicate-edges yes");
+  ASSERT_EQ(Run(edges, 5, "straight", "--dtype fp32").status, 0);
+  CommandResult first = Run(edges, 2, "half", "--dtype fp32 --ckpt-dir " + Path("ckpt"));
+  ASSERT_EQ(first.status, 0) << first.output;
+  const std::string saved = Path("ckpt/step-00000002");
+  const auto manifest = nlohmann::json::parse(std::ifstream(saved + "/manifest.json"));
+  const auto& units = manifest["units"];
+  for (size_t u : {size_t{0}, units.size() - 1}) {
+    ASSERT_EQ(units[u]["pieces"].size(), 1u) << units[u]["name"];
+    EXPECT_EQ(units[u]["pieces"][0]["file"], "shard-00000-of-00002.safetensors");
+  }
+  EXPECT_EQ(units[1]["pieces"].size(), 2u);  // a block: one piece per rank
+  const auto rank1 = checkpoint::ReadSafetensors(saved + "/shard-00001-of-00002.safetensors").tensors;
+  EXPECT_EQ(rank1.count(checkpoint::ShardTensorName(0, "master")), 0u) << "rank 1 saved the whole embedding again";
+
+  CommandResult again = Run(edges, 5, "resumed", "--dtype fp32 --resume-from " + saved);
+  ASSERT_EQ(again.status, 0) << again.output;
+  const std::vector<double> straight = Losses(Path("straight"));
+  EXPECT_EQ(Losses(Path("resumed"), 3), std::vector<double>(straight.begin() + 2, straight.end()));
+  ExpectSameWeights(Path("resumed/final.safetensors"), Path("straight/final.safetensors"), 0);
+
+  CommandResult one = Run(MakePlan(1, "no_shard", 4), 5, "onto1", "--dtype fp32 --resume-from " + saved);
+  ASSERT_EQ(one.status, 0) << one.output;
+  ExpectSameWeights(Path("onto1/final.safetensors"), Path("straight/final.safetensors"), 2e-5);
+
+  const std::string plain = MakePlan(2, "full_shard", 1);
+  ASSERT_EQ(Run(plain, 2, "plain_half", "--dtype fp32 --ckpt-dir " + Path("plain_ckpt")).status, 0);
+  CommandResult into = Run(edges, 5, "into_edges", "--dtype fp32 --resume-from " + Path("plain_ckpt/step-00000002"));
+  ASSERT_EQ(into.status, 0) << into.output;
+  ExpectSameWeights(Path("into_edges/final.safetensors"), Path("straight/final.safetensors"), 2e-5);
 }
 
 // kill -9 of the whole job at random moments, again and again, each time

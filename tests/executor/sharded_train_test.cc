@@ -69,6 +69,7 @@ struct Job {
   int64_t grad_accum = 2;
   std::vector<int> checkpoint_layers;
   std::string tokens;  // a token file: ranks read it through the batch loader
+  bool replicate_edges = false;
 
   std::string Encode() const {
     nlohmann::json j = {{"preset", preset},
@@ -79,7 +80,8 @@ struct Job {
                         {"micro_batch", micro_batch},
                         {"grad_accum", grad_accum},
                         {"checkpoint_layers", checkpoint_layers},
-                        {"tokens", tokens}};
+                        {"tokens", tokens},
+                        {"replicate_edges", replicate_edges}};
     return j.dump();
   }
   static Job Decode(const std::string& text) {
@@ -94,6 +96,7 @@ struct Job {
     job.grad_accum = j["grad_accum"].get<int64_t>();
     job.checkpoint_layers = j["checkpoint_layers"].get<std::vector<int>>();
     job.tokens = j["tokens"].get<std::string>();
+    job.replicate_edges = j["replicate_edges"].get<bool>();
     return job;
   }
 
@@ -106,6 +109,7 @@ struct Job {
     if (strategy == ShardingStrategy::kHybridShard) p.shard_group_size = shard_group;
     p.offload = offload;
     p.checkpoint_layers = checkpoint_layers;
+    p.replicate_edges = replicate_edges;
     p.optimizer.lr = 1e-3;
     p.Validate();
     return p;
@@ -234,10 +238,11 @@ class ShardedTraining : public ::testing::Test {
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
-  // Trains the one-process reference for `job` (once per test) and returns
-  // its run directory.
+  // Trains the one-process reference for `job` (once per model and batch
+  // in a test) and returns its run directory.
   fs::path Reference(const Job& job) {
-    const fs::path run = dir_ / "reference";
+    const fs::path run = dir_ / ("reference-" + job.preset + "-" + std::to_string(job.micro_batch * job.world) + "x" +
+                                 std::to_string(job.grad_accum));
     if (fs::exists(run / "final.safetensors")) return run;
     const Plan plan = job.ReferencePlan();
     if (!job.tokens.empty()) {
@@ -341,6 +346,29 @@ TEST_F(ShardedTraining, OffloadedParametersEqualDeviceParameters) {
   job.offload = Offload::kOptimizer;
   const fs::path optimizer = Check(job, "full_shard_offload_optimizer");
   EXPECT_EQ(MaxDifference(both / "final.safetensors", optimizer / "final.safetensors"), 0);
+}
+
+TEST_F(ShardedTraining, ReplicatedEdgesEqualOneProcess) {
+  // Per-unit strategy: the embedding and head whole on every rank (all-
+  // reduced over the job once per step, counted once in the gradient norm)
+  // while the blocks are sharded. Tied embeddings (tiny-qwen2: the head's
+  // backward writes the embedding's gradient) and untied (tiny-llama).
+  Job job;
+  job.replicate_edges = true;
+  job.checkpoint_layers = {1};
+  Check(job, "full_shard_edges_tied");
+  job.checkpoint_layers = {};
+  job.strategy = ShardingStrategy::kShardGradOp;
+  job.offload = Offload::kOptimizer;  // the CPU AdamW writes the edges' resident compute copy
+  Check(job, "shard_grad_op_edges_offload");
+  job.offload = Offload::kParams;
+  Check(job, "shard_grad_op_edges_offload_params");
+  job.offload = Offload::kNone;
+  job.preset = "tiny-llama";
+  job.strategy = ShardingStrategy::kHybridShard;
+  job.world = 4;
+  job.shard_group = 2;
+  Check(job, "hybrid_edges_untied");
 }
 
 TEST_F(ShardedTraining, RanksReadingATokenFileEqualOneProcessOnTheWholeBatch) {
