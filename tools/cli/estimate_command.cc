@@ -26,7 +26,7 @@ struct EstimateOptions {
   std::string gpu = "h100-sxm-80g";
   int64_t global_batch = 0;
   double global_batch_tokens = 0;
-  std::string strategy, checkpoint_layers, offload;
+  std::string strategy, checkpoint_layers, offload, replicate_edges;
   static constexpr int64_t kUnpinned = std::numeric_limits<int64_t>::min();  // no value a user can type
   int64_t micro_batch = kUnpinned, grad_accum = kUnpinned, shard_group = kUnpinned;
   int64_t seq = kUnpinned;  // 4096, or the model's max_position_embeddings when smaller
@@ -93,6 +93,11 @@ void Run(const EstimateOptions& o) {
   }
   if (!o.checkpoint_layers.empty()) req.checkpoint_layers = ParseLayerList(o.checkpoint_layers, req.model.layers);
   if (!o.offload.empty()) req.offload = ParseOffload(o.offload);
+  if (!o.replicate_edges.empty()) {
+    if (o.replicate_edges != "yes" && o.replicate_edges != "no")
+      throw UserError("--replicate-edges must be yes or no (got '" + o.replicate_edges + "')");
+    req.replicate_edges = o.replicate_edges == "yes";
+  }
   if (o.prefetch < 0 || o.prefetch > 8) throw UserError("--prefetch must be between 0 and 8");
   req.prefetch_depth = o.prefetch;
   if (o.loss_chunk < 1) throw UserError("--loss-chunk must be positive");
@@ -142,12 +147,8 @@ void Run(const EstimateOptions& o) {
         const auto& a = r.alternatives[i];
         const Plan& p = a.estimate.plan;
         char line[512];
-        std::string what = StrategyName(p.strategy) +
-                           (p.strategy == ShardingStrategy::kHybridShard ? "(" + std::to_string(p.shard_group_size) + ")" : "") +
-                           ", mb " + std::to_string(p.micro_batch) + " x ga " + std::to_string(p.grad_accum) +
-                           ", ckpt " + std::to_string(p.checkpoint_layers.size()) + "/" + std::to_string(p.model.layers) +
-                           ", offload " + OffloadName(p.offload);
-        std::snprintf(line, sizeof line, "  %zu. %-58s %9s tok/s/GPU  %s\n", i + 1, what.c_str(),
+        const std::string what = PlanSummary(p);
+        std::snprintf(line, sizeof line, "  %zu. %-70s %9s tok/s/GPU  %s\n", i + 1, what.c_str(),
                       a.estimate.fits ? WithCommas(a.estimate.tokens_per_second_per_gpu).c_str() : "-",
                       a.reason.c_str());
         std::cout << line;
@@ -187,6 +188,9 @@ void AddEstimateCommand(CLI::App& app) {
   cmd->add_option("--grad-accum", o->grad_accum, "Pin: micro-batches per optimizer step");
   cmd->add_option("--checkpoint-layers", o->checkpoint_layers, "Pin: none | all | list such as 0,3-5");
   cmd->add_option("--offload", o->offload, "Pin: none | optimizer | params | optimizer+params");
+  cmd->add_option("--replicate-edges", o->replicate_edges,
+                  "Pin: yes keeps the embedding and head whole on every GPU while the blocks are sharded (no "
+                  "gathers for them, one all-reduce per step); no shards them like the blocks");
   cmd->add_option("--prefetch", o->prefetch, "Units gathered ahead of compute")->capture_default_str();
   cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (default: the profile's)");
   cmd->add_option("--host-memory", o->host_memory_gib,

@@ -43,6 +43,7 @@ void PrintEstimate(std::ostream& out, const Estimate& e, const HardwareProfile& 
                 " replicas)";
   else if (p.strategy != ShardingStrategy::kNoShard)
     strategy += " (over " + std::to_string(p.shard_group_size) + " GPUs)";
+  if (p.replicate_edges) strategy += "; embedding and head whole on every GPU";
   out << Row("strategy", strategy);
   out << Row("micro-batch", std::to_string(p.micro_batch) + " x grad-accum " + std::to_string(p.grad_accum) + " x " +
                                 std::to_string(p.gpus) + " GPUs = " + std::to_string(p.GlobalBatch()) + " sequences (" +
