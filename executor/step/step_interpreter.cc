@@ -47,19 +47,14 @@ class StepInterpreter::CopyStreams {
   void Run(StreamKind kind, int op, StepRecorder& recorder, const std::function<void()>& copy) {
 #ifdef LLMPLAN_WITH_CUDA
     if (device_.is_cuda()) {
-      c10::cuda::CUDAStream stream = kind == StreamKind::kDeviceToHost ? *to_host_ : *to_device_;
-      at::cuda::CUDAEvent ready;
-      ready.record(at::cuda::getCurrentCUDAStream(device_.index()));
-      ready.block(stream);
-      {
-        c10::cuda::CUDAStreamGuard guard(stream);
+      Within(kind, [&] {
         recorder.Start(op, StepRecorder::Where::kCurrentStream);
         copy();
         recorder.Stop(op, StepRecorder::Where::kCurrentStream);
-      }
-      auto done = std::make_unique<at::cuda::CUDAEvent>();
-      done->record(stream);
-      events_[op] = std::move(done);
+        auto done = std::make_unique<at::cuda::CUDAEvent>();
+        done->record(at::cuda::getCurrentCUDAStream(device_.index()));  // the copy stream
+        events_[op] = std::move(done);
+      });
       return;
     }
 #endif
