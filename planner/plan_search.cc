@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "planner/nvme_offload.h"
 #include "planner/step_program.h"
 #include "base/user_error.h"
 
@@ -314,6 +315,8 @@ class Searcher {
   // still finds the plans where offload pays.
   AtCount SearchAt(int gpus) {
     if (req_.offload) return SearchChoices(Choices(gpus, {*req_.offload}));
+    if (req_.offload_to == OffloadTier::kNvme)
+      return SearchChoices(Choices(gpus, {Offload::kOptimizer, Offload::kOptimizerAndParams}));
     AtCount out = SearchChoices(Choices(gpus, {Offload::kNone, Offload::kOptimizer}));
     const double best = out.feasible.empty() ? 0 : out.feasible.front().tokens_per_second_per_gpu;
     auto key = [](ShardingStrategy s, int group, int64_t mb, int64_t ga, Offload o) {
@@ -379,10 +382,18 @@ class Searcher {
       plan.micro_batch = c.micro_batch;
       plan.grad_accum = c.grad_accum;
       plan.offload = c.offload;
+      if (req_.offload_to == OffloadTier::kNvme && OffloadsOptimizer(c.offload)) plan.offload_to = OffloadTier::kNvme;
       if (req_.checkpoint_layers) plan.checkpoint_layers = *req_.checkpoint_layers;
       if (gpus == 1 && c.strategy == ShardingStrategy::kHybridShard) continue;
       plan.Validate();
       Estimate e = FitCheckpoints(plan);
+      // NVMe only where the host is what does not fit: it takes the AdamW
+      // state (half the offloaded bytes) off the host and adds disk time.
+      if (!e.fits && !req_.offload_to && OffloadsOptimizer(plan.offload) && HasNvmeRates(profile_) &&
+          e.memory.host_bytes > e.memory.host_capacity_bytes) {
+        plan.offload_to = OffloadTier::kNvme;
+        e = FitCheckpoints(plan);
+      }
       (e.fits ? out.feasible : out.infeasible).push_back(std::move(e));
     }
     SortFeasible(out);
@@ -418,6 +429,7 @@ std::string Describe(const Plan& p) {
   s += ", mb " + std::to_string(p.micro_batch) + " x ga " + std::to_string(p.grad_accum);
   s += ", ckpt " + std::to_string(p.checkpoint_layers.size()) + "/" + std::to_string(p.model.layers);
   s += ", offload " + OffloadName(p.offload);
+  if (p.OptimizerStateOnNvme()) s += " (state on NVMe)";
   return s;
 }
 
@@ -550,10 +562,11 @@ SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profil
   // list shows real choices rather than near-copies, then the nearest misses.
   std::map<std::string, bool> seen;
   seen[StrategyName(result.best.plan.strategy) + std::to_string(result.best.plan.shard_group_size) +
-       OffloadName(result.best.plan.offload)] = true;
+       OffloadName(result.best.plan.offload) + OffloadTierName(result.best.plan.offload_to)] = true;
   for (size_t i = 1; i < at.feasible.size() && result.alternatives.size() < 4; ++i) {
     const Plan& p = at.feasible[i].plan;
-    std::string key = StrategyName(p.strategy) + std::to_string(p.shard_group_size) + OffloadName(p.offload);
+    std::string key = StrategyName(p.strategy) + std::to_string(p.shard_group_size) + OffloadName(p.offload) +
+                      OffloadTierName(p.offload_to);
     if (seen[key]) continue;
     seen[key] = true;
     result.alternatives.push_back({at.feasible[i], SlowerReason(at.feasible[i], result.best)});

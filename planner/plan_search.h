@@ -44,6 +44,10 @@ struct SearchRequest {
   std::optional<int64_t> grad_accum;
   std::optional<std::vector<int>> checkpoint_layers;
   std::optional<Offload> offload;
+  // Where offloaded optimizer state lives. Unset: the host, and NVMe for a
+  // plan whose host memory alone does not fit, when the profile has disk
+  // rates. kNvme: only plans that offload the optimizer, all to NVMe.
+  std::optional<OffloadTier> offload_to;
 
   OptimizerConfig optimizer;
   int prefetch_depth = 1;

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "planner/nvme_offload.h"
 #include "planner/plan_search.h"
 #include "base/user_error.h"
 #include "simulator/evaluate.h"
@@ -26,7 +27,7 @@ struct EstimateOptions {
   std::string gpu = "h100-sxm-80g";
   int64_t global_batch = 0;
   double global_batch_tokens = 0;
-  std::string strategy, checkpoint_layers, offload;
+  std::string strategy, checkpoint_layers, offload, offload_to;
   static constexpr int64_t kUnpinned = std::numeric_limits<int64_t>::min();  // no value a user can type
   int64_t micro_batch = kUnpinned, grad_accum = kUnpinned, shard_group = kUnpinned;
   int64_t seq = kUnpinned;  // 4096, or the model's max_position_embeddings when smaller
@@ -93,6 +94,14 @@ void Run(const EstimateOptions& o) {
   }
   if (!o.checkpoint_layers.empty()) req.checkpoint_layers = ParseLayerList(o.checkpoint_layers, req.model.layers);
   if (!o.offload.empty()) req.offload = ParseOffload(o.offload);
+  if (!o.offload_to.empty()) {
+    req.offload_to = ParseOffloadTier(o.offload_to);
+    if (*req.offload_to == OffloadTier::kNvme && req.offload && !OffloadsOptimizer(*req.offload))
+      throw UserError("--offload-to nvme holds AdamW's state on the SSD: give --offload optimizer or optimizer+params");
+    if (*req.offload_to == OffloadTier::kNvme && !HasNvmeRates(profile))
+      throw UserError("profile " + profile.name + " has no NVMe read/write rates: measure them on the machine with "
+                      "`llmplan profile --nvme-dir DIR`, then plan with that profile");
+  }
   if (o.prefetch < 0 || o.prefetch > 8) throw UserError("--prefetch must be between 0 and 8");
   req.prefetch_depth = o.prefetch;
   if (o.loss_chunk < 1) throw UserError("--loss-chunk must be positive");
@@ -187,6 +196,9 @@ void AddEstimateCommand(CLI::App& app) {
   cmd->add_option("--grad-accum", o->grad_accum, "Pin: micro-batches per optimizer step");
   cmd->add_option("--checkpoint-layers", o->checkpoint_layers, "Pin: none | all | list such as 0,3-5");
   cmd->add_option("--offload", o->offload, "Pin: none | optimizer | params | optimizer+params");
+  cmd->add_option("--offload-to", o->offload_to,
+                  "Pin where offloaded optimizer state lives: host | nvme (default: host, NVMe where the host is short "
+                  "and the profile has disk rates)");
   cmd->add_option("--prefetch", o->prefetch, "Units gathered ahead of compute")->capture_default_str();
   cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (default: the profile's)");
   cmd->add_option("--host-memory", o->host_memory_gib,
