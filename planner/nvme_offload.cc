@@ -21,7 +21,15 @@ int64_t NvmeFileBytes(const std::vector<int64_t>& shard_numels) {
   return bytes;
 }
 
-double NvmeStagingBytes() { return kNvmeBuffers * static_cast<double>(NvmeBlockBytes(kNvmeBlockElements)); }
+int64_t NvmeStagingBlockElements(const std::vector<int64_t>& shard_numels) {
+  int64_t largest = 0;
+  for (int64_t n : shard_numels) largest = std::max(largest, n);
+  return std::min(largest, kNvmeBlockElements);
+}
+
+double NvmeStagingBytes(const std::vector<int64_t>& shard_numels) {
+  return kNvmeBuffers * static_cast<double>(NvmeBlockBytes(NvmeStagingBlockElements(shard_numels)));
+}
 
 bool HasNvmeRates(const HardwareProfile& p) { return p.nvme_read_bytes_per_s > 0 && p.nvme_write_bytes_per_s > 0; }
 

@@ -42,8 +42,12 @@ int64_t NvmeBlockBytes(int64_t elements);
 int64_t NvmeUnitBytes(int64_t elements);
 // The size of one rank's file for units of `shard_numels` elements.
 int64_t NvmeFileBytes(const std::vector<int64_t>& shard_numels);
-// Pinned host bytes one rank stages the stream through.
-double NvmeStagingBytes();
+// Elements of one staging block for units of `shard_numels`: a whole block,
+// or the largest unit when every unit is smaller (a small model does not
+// pay 96 MiB for state of a few MiB).
+int64_t NvmeStagingBlockElements(const std::vector<int64_t>& shard_numels);
+// Host bytes one rank stages the stream through: kNvmeBuffers such blocks.
+double NvmeStagingBytes(const std::vector<int64_t>& shard_numels);
 
 // Seconds the disk needs for one unit's CPU AdamW of `elements` parameters
 // when `sharers` ranks of the node stream at once (they split the disk): the

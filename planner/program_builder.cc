@@ -191,7 +191,7 @@ void ProgramBuilder::MakePersistent() {
     std::vector<int64_t> shards;
     for (const auto& u : p_.units) shards.push_back(u.padded_params / G());
     host.optimizer_state = 0;
-    host.nvme_staging = NvmeStagingBytes();
+    host.nvme_staging = NvmeStagingBytes(shards);
     host.nvme_state = static_cast<double>(NvmeFileBytes(shards));
   }
   // The compute-dtype copy the device keeps: the whole model without

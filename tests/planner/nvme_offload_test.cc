@@ -80,7 +80,8 @@ TEST(NvmeOffloadPlan, FileLayoutIsAlignedBlocks) {
   EXPECT_EQ(NvmeUnitBytes(0), 0);
   EXPECT_EQ(NvmeUnitBytes(kNvmeBlockElements + 1), block + 2 * kNvmeAlignment);
   EXPECT_EQ(NvmeFileBytes({kNvmeBlockElements, 1}), block + 2 * kNvmeAlignment);
-  EXPECT_DOUBLE_EQ(NvmeStagingBytes(), kNvmeBuffers * static_cast<double>(block));
+  EXPECT_DOUBLE_EQ(NvmeStagingBytes({1, 2 * kNvmeBlockElements}), kNvmeBuffers * static_cast<double>(block));
+  EXPECT_DOUBLE_EQ(NvmeStagingBytes({1, 1000}), kNvmeBuffers * 2.0 * kNvmeAlignment);  // small units, small blocks
 }
 
 // The host keeps the master, gradient and parameter staging, and the blocks
@@ -91,10 +92,10 @@ TEST(NvmeOffloadPricing, HostMemoryLosesTheStateTheDiskGainsIt) {
   const StepProgram nvme = BuildStepProgram(EightBOffloaded(OffloadTier::kNvme), profile);
   EXPECT_GT(host.host.optimizer_state, 0);
   EXPECT_EQ(nvme.host.optimizer_state, 0);
-  EXPECT_DOUBLE_EQ(nvme.host.nvme_staging, NvmeStagingBytes());
-  EXPECT_DOUBLE_EQ(nvme.host.Total(), host.host.Total() - host.host.optimizer_state + NvmeStagingBytes());
   std::vector<int64_t> shards;
   for (const Unit& u : nvme.units) shards.push_back(u.padded_params);
+  EXPECT_DOUBLE_EQ(nvme.host.nvme_staging, 96.0 * (1 << 20));  // three blocks of 32 MiB
+  EXPECT_DOUBLE_EQ(nvme.host.Total(), host.host.Total() - host.host.optimizer_state + NvmeStagingBytes(shards));
   EXPECT_DOUBLE_EQ(nvme.host.nvme_state, static_cast<double>(NvmeFileBytes(shards)));
   // Within the alignment of each unit's last block of m + v.
   EXPECT_NEAR(nvme.host.nvme_state, host.host.optimizer_state, 2.0 * kNvmeAlignment * nvme.units.size());
