@@ -429,7 +429,7 @@ std::string Describe(const Plan& p) {
   s += ", mb " + std::to_string(p.micro_batch) + " x ga " + std::to_string(p.grad_accum);
   s += ", ckpt " + std::to_string(p.checkpoint_layers.size()) + "/" + std::to_string(p.model.layers);
   s += ", offload " + OffloadName(p.offload);
-  if (p.OptimizerStateOnNvme()) s += " (state on NVMe)";
+  if (p.OptimizerStateOnNvme()) s += " to nvme";
   return s;
 }
 
@@ -535,8 +535,7 @@ SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profil
                                               : "");
     } else if (!at.infeasible.empty()) {
       result.best = at.infeasible.front();
-      result.why_none = "nothing fits: the closest plan (" + Describe(result.best.plan) + ") needs " +
-                        result.best.why_not;
+      result.why_none = "nothing fits: the closest plan (" + Describe(result.best.plan) + "): " + result.best.why_not;
       if (searcher.untried_micro_batches)
         result.why_none += " (smaller micro-batches need over " + std::to_string(SearchGradAccumLimit(req.model)) +
                            " micro-batches per step and were not tried: pin the micro-batch and the gradient "

@@ -155,7 +155,7 @@ void Run(const EstimateOptions& o) {
                            (p.strategy == ShardingStrategy::kHybridShard ? "(" + std::to_string(p.shard_group_size) + ")" : "") +
                            ", mb " + std::to_string(p.micro_batch) + " x ga " + std::to_string(p.grad_accum) +
                            ", ckpt " + std::to_string(p.checkpoint_layers.size()) + "/" + std::to_string(p.model.layers) +
-                           ", offload " + OffloadName(p.offload);
+                           ", offload " + OffloadName(p.offload) + (p.OptimizerStateOnNvme() ? " to nvme" : "");
         std::snprintf(line, sizeof line, "  %zu. %-58s %9s tok/s/GPU  %s\n", i + 1, what.c_str(),
                       a.estimate.fits ? WithCommas(a.estimate.tokens_per_second_per_gpu).c_str() : "-",
                       a.reason.c_str());
@@ -169,6 +169,9 @@ void Run(const EstimateOptions& o) {
     // or a truer --host-memory; the device with sharding, offload, a shorter --seq.
     const bool host_short = r.best.memory.host_bytes > r.best.memory.host_capacity_bytes &&
                             r.best.memory.device_peak_bytes <= r.best.memory.capacity_bytes;
+    // The disk refusal says itself what helps (more accumulation, GPUs, a faster disk).
+    const bool disk_short = r.best.time.nvme_seconds > kNvmeMaxStepFraction * r.best.time.step_seconds;
+    if (disk_short) throw UserError(r.why_none);
     throw UserError(r.why_none + (host_short ? "; spread the offloaded state over more GPUs (--gpus auto), offload less "
                                                "(--offload), or give the node's pinnable memory with --host-memory GIB"
                                              : "; try more GPUs (--gpus auto), --offload optimizer, or a shorter --seq"));
