@@ -266,6 +266,9 @@ void FitCopiesAndCpuOptimizer(const std::vector<CalibrationRun>& runs, HardwareP
           used[1] = 1;
           break;
         case OpKind::kCpuOptimizerStep: {
+          // NVMe offload: the op's time is the disk's as much as the cores'
+          // (cost_model.cc), so it says nothing certain about the AdamW rate.
+          if (op.work.nvme_bytes > 0) break;
           // Alone, the process has the host to itself; beside others, each
           // has its share of the host's summed rate (cost_model.cc).
           const bool alone = op.work.host_sharers <= 1;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "planner/nvme_offload.h"
+
 namespace llmplan {
 
 ComputeTerms CostModel::ComputeTermSeconds(const OpWork& w) const {
@@ -46,9 +48,20 @@ double CostModel::Seconds(const StepOp& op) const {
       return profile_.CollectiveSeconds(w.collective, w.collective_bytes, w.group_size, w.spans_nodes);
     case OpKind::kCopyToDevice: return w.copy_bytes / profile_.host_to_device_bytes_per_s;
     case OpKind::kCopyToHost: return w.copy_bytes / profile_.device_to_host_bytes_per_s;
-    case OpKind::kCpuOptimizerStep:  // one process alone, or the host's rate split among those running at once
-      if (w.host_sharers <= 1) return w.cpu_adam_params / profile_.cpu_adam_alone_params_per_s;
-      return w.cpu_adam_params * w.host_sharers / profile_.cpu_adam_params_per_s;
+    case OpKind::kCpuOptimizerStep: {
+      // One process alone, or the host's rate split among those running at once.
+      const double adam = w.host_sharers <= 1 ? w.cpu_adam_params / profile_.cpu_adam_alone_params_per_s
+                                              : w.cpu_adam_params * w.host_sharers / profile_.cpu_adam_params_per_s;
+      // A profile without disk rates cannot price the disk (the evaluation
+      // refuses such plans; the executor only reads the program's structure).
+      if (w.nvme_bytes <= 0 || !HasNvmeRates(profile_)) return adam;
+      // NVMe: the disk streams block k+1 in and k-1 out while the cores
+      // update block k, so the step takes the longer of the two, plus the
+      // unit's first read and last write, which nothing overlaps.
+      const double elements = w.nvme_bytes / 8;
+      const double edge = NvmeEdgeSeconds(elements, w.host_sharers, profile_);
+      return edge + std::max(adam, NvmeStreamSeconds(elements, w.host_sharers, profile_) - edge);
+    }
     default: return 0;  // a release hands memory back; it takes no time
   }
 }

@@ -32,12 +32,18 @@ struct MemoryEstimate {
   double host_bytes = 0;      // pinned host memory per GPU (offload)
   double host_capacity_bytes = 0;
   NamedBytes host_breakdown;
+  // NVMe offload: this GPU's AdamW state in its file on the local SSD.
+  double nvme_bytes = 0;
 };
 
 struct TimeEstimate {
   double step_seconds = 0;
   NamedSeconds breakdown;  // forward, backward, recompute, optimizer, exposed communication, ...
   NamedSeconds stream_busy;  // busy seconds per stream
+  // NVMe offload: seconds per step the local SSD spends reading and writing
+  // AdamW's state (at the profile's rates, split among the node's ranks);
+  // the CPU optimizer ops overlap it with their updates.
+  double nvme_seconds = 0;
 };
 
 struct Estimate {

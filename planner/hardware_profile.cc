@@ -190,6 +190,8 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   // A profile that measured only one rate uses it for both.
   p.cpu_adam_alone_params_per_s = host.NumberIn("cpu_adam_alone_params_per_s", 1, kMaxRate, p.cpu_adam_params_per_s);
   p.step_overhead_s = host.NumberIn("step_overhead_s", 0, 3600, 0);
+  p.nvme_read_bytes_per_s = host.NumberIn("nvme_read_bytes_per_s", 0, kMaxRate, 0);
+  p.nvme_write_bytes_per_s = host.NumberIn("nvme_write_bytes_per_s", 0, kMaxRate, 0);
 
   JsonObject topo = root.Object("topology");
   p.gpus_per_node = static_cast<int>(topo.Integer("gpus_per_node", 1, 1024));
@@ -233,7 +235,9 @@ nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
             {"copies_share_link", p.copies_share_link},
             {"cpu_adam_params_per_s", p.cpu_adam_params_per_s},
             {"cpu_adam_alone_params_per_s", p.cpu_adam_alone_params_per_s},
-            {"step_overhead_s", p.step_overhead_s}}},
+            {"step_overhead_s", p.step_overhead_s},
+            {"nvme_read_bytes_per_s", p.nvme_read_bytes_per_s},
+            {"nvme_write_bytes_per_s", p.nvme_write_bytes_per_s}}},
           {"topology", {{"gpus_per_node", p.gpus_per_node}}},
           {"collectives",
            {{"intra_node", LinkToJson(p.intra_node)},

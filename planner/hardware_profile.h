@@ -94,6 +94,12 @@ struct HardwareProfile {
   // summed rate: on the H200 host one process on all 32 threads ran 4.48 G
   // params/s, two on 16 threads each 2 x 2.37 (llmplan profile measures both).
   double cpu_adam_alone_params_per_s = 0;
+  // Sequential read and write bandwidth of the node's local SSD, in large
+  // aligned blocks that bypass the page cache (O_DIRECT), as NVMe offload
+  // streams AdamW's state: llmplan profile --nvme-dir measures them. 0: not
+  // measured (the planner then offers no NVMe offload).
+  double nvme_read_bytes_per_s = 0;
+  double nvme_write_bytes_per_s = 0;
   // Host time per step outside the step program: taking the step's batches
   // from the loader, the end-of-step synchronisation and logging.
   double step_overhead_s = 0;

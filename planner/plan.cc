@@ -49,6 +49,14 @@ Offload ParseOffload(const std::string& name) {
 bool OffloadsOptimizer(Offload o) { return o == Offload::kOptimizer || o == Offload::kOptimizerAndParams; }
 bool OffloadsParams(Offload o) { return o == Offload::kParams || o == Offload::kOptimizerAndParams; }
 
+std::string OffloadTierName(OffloadTier t) { return t == OffloadTier::kNvme ? "nvme" : "host"; }
+
+OffloadTier ParseOffloadTier(const std::string& name) {
+  if (name == "host") return OffloadTier::kHost;
+  if (name == "nvme") return OffloadTier::kNvme;
+  throw UserError("unknown offload destination '" + name + "': use host or nvme");
+}
+
 std::string DTypeName(DType d) { return d == DType::kBF16 ? "bf16" : "fp32"; }
 DType ParseDType(const std::string& name) {
   if (name == "bf16") return DType::kBF16;
@@ -101,6 +109,9 @@ void Plan::Validate() const {
   if (replicate_edges && offload == Offload::kOptimizerAndParams)
     fail("replicate_edges keeps the embedding and head on every GPU, and offload optimizer+params streams "
          "parameters in through gathers: offload optimizer or params instead, or drop replicate_edges");
+  if (offload_to == OffloadTier::kNvme && !OffloadsOptimizer(offload))
+    fail("offload_to nvme holds AdamW's state on a local SSD, and offload " + OffloadName(offload) +
+         " keeps the optimizer on the GPU: use offload optimizer or optimizer+params");
   if (seq_len < 1 || seq_len > (int64_t{1} << 22)) fail("seq_len must be between 1 and 4194304");
   // Positions past the model's maximum were never trained: the model's own
   // code (and Hugging Face's) is not meant to run there.
@@ -191,6 +202,7 @@ std::string PlanSummary(const Plan& p) {
   s += ", mb " + std::to_string(p.micro_batch) + " x ga " + std::to_string(p.grad_accum);
   s += ", ckpt " + std::to_string(p.checkpoint_layers.size()) + "/" + std::to_string(p.model.layers);
   s += ", offload " + OffloadName(p.offload);
+  if (p.OptimizerStateOnNvme()) s += " to nvme";
   if (p.replicate_edges) s += ", edges whole";
   return s;
 }
@@ -211,6 +223,7 @@ nlohmann::json PlanToJson(const Plan& p) {
           {"strategy", StrategyName(p.strategy)},
           {"offload", OffloadName(p.offload)},
           {"replicate_edges", p.replicate_edges},
+          {"offload_to", OffloadTierName(p.offload_to)},
           {"checkpoint_layers", p.checkpoint_layers},
           {"prefetch_depth", p.prefetch_depth},
           {"loss_chunk_tokens", p.loss_chunk_tokens},
@@ -249,6 +262,7 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
   p.strategy = ParseStrategy(r.String("strategy", "full_shard"));
   p.offload = ParseOffload(r.String("offload", "none"));
   p.replicate_edges = r.Bool("replicate_edges", false);
+  p.offload_to = ParseOffloadTier(r.String("offload_to", "host"));
   if (r.Has("checkpoint_layers")) {
     const auto& cl = r.Raw("checkpoint_layers");
     if (cl.is_string()) {

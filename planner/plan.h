@@ -30,6 +30,13 @@ enum class Offload {
   kOptimizerAndParams,  // both: the GPU holds only bf16 compute copies in flight and gradients
 };
 
+// Where offloaded AdamW state lives. kNvme (ZeRO-Infinity's idea): m and v
+// (8 bytes per parameter, half of what the optimizer offload puts on the
+// host) in one file per rank on a local SSD, streamed through a few pinned
+// blocks by the CPU AdamW (planner/nvme_offload.h has the numbers both sides
+// use). The fp32 master and the gradient staging stay in host memory.
+enum class OffloadTier { kHost, kNvme };
+
 std::string StrategyName(ShardingStrategy s);  // "full_shard", ...
 std::string OffloadName(Offload o);            // "none", "optimizer", "params", "optimizer+params"
 // Throw UserError listing the accepted names.
@@ -37,6 +44,8 @@ ShardingStrategy ParseStrategy(const std::string& name);
 Offload ParseOffload(const std::string& name);
 bool OffloadsOptimizer(Offload o);
 bool OffloadsParams(Offload o);
+std::string OffloadTierName(OffloadTier t);  // "host", "nvme"
+OffloadTier ParseOffloadTier(const std::string& name);  // throws UserError listing the names
 
 enum class DType { kBF16, kFP32 };
 std::string DTypeName(DType d);  // "bf16", "fp32"
@@ -78,6 +87,9 @@ struct Plan {
   // --- memory/time trade-offs ---
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
   Offload offload = Offload::kNone;
+  // Where the offloaded AdamW m and v live (JSON "offload_to", default
+  // "host"); kNvme only with an offload that moves the optimizer.
+  OffloadTier offload_to = OffloadTier::kHost;
   std::vector<int> checkpoint_layers;  // sorted block indices recomputed in backward
   // Per-unit strategy: the embedding and the head (final norm + lm_head) kept
   // whole on every GPU — no gathers, their gradients all-reduced over the
@@ -112,6 +124,8 @@ struct Plan {
   bool UnitResident(int unit) const {
     return strategy == ShardingStrategy::kNoShard || (UnitShardGroup(unit) == 1 && shard_group_size > 1);
   }
+  // AdamW's m and v in files on a local SSD (offload_to nvme).
+  bool OptimizerStateOnNvme() const { return offload_to == OffloadTier::kNvme && OffloadsOptimizer(offload); }
   // Number of data-parallel replicas of the model state: gpus / shard_group_size.
   int ReplicaGroups() const { return gpus / shard_group_size; }
 

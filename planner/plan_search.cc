@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "planner/nvme_offload.h"
 #include "planner/step_program.h"
 #include "base/user_error.h"
 
@@ -326,6 +327,8 @@ class Searcher {
   // still finds the plans where offload pays.
   AtCount SearchAt(int gpus) {
     if (req_.offload) return SearchChoices(Choices(gpus, {*req_.offload}));
+    if (req_.offload_to == OffloadTier::kNvme)
+      return SearchChoices(Choices(gpus, {Offload::kOptimizer, Offload::kOptimizerAndParams}));
     AtCount out = SearchChoices(Choices(gpus, {Offload::kNone, Offload::kOptimizer}));
     const double best = out.feasible.empty() ? 0 : out.feasible.front().tokens_per_second_per_gpu;
     auto key = [](ShardingStrategy s, int group, int64_t mb, int64_t ga, Offload o) {
@@ -415,10 +418,18 @@ class Searcher {
       plan.grad_accum = c.grad_accum;
       plan.offload = c.offload;
       plan.replicate_edges = c.replicate_edges;
+      if (req_.offload_to == OffloadTier::kNvme && OffloadsOptimizer(c.offload)) plan.offload_to = OffloadTier::kNvme;
       if (req_.checkpoint_layers) plan.checkpoint_layers = *req_.checkpoint_layers;
       if (gpus == 1 && c.strategy == ShardingStrategy::kHybridShard) continue;
       plan.Validate();
       Estimate e = FitCheckpoints(plan);
+      // NVMe only where the host is what does not fit: it takes the AdamW
+      // state (half the offloaded bytes) off the host and adds disk time.
+      if (!e.fits && !req_.offload_to && OffloadsOptimizer(plan.offload) && HasNvmeRates(profile_) &&
+          e.memory.host_bytes > e.memory.host_capacity_bytes) {
+        plan.offload_to = OffloadTier::kNvme;
+        e = FitCheckpoints(plan);
+      }
       (e.fits ? out.feasible : out.infeasible).push_back(std::move(e));
     }
     SortFeasible(out);
@@ -551,8 +562,7 @@ SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profil
                                               : "");
     } else if (!at.infeasible.empty()) {
       result.best = at.infeasible.front();
-      result.why_none = "nothing fits: the closest plan (" + PlanSummary(result.best.plan) + ") needs " +
-                        result.best.why_not;
+      result.why_none = "nothing fits: the closest plan (" + PlanSummary(result.best.plan) + "): " + result.best.why_not;
       if (searcher.untried_micro_batches)
         result.why_none += " (smaller micro-batches need over " + std::to_string(SearchGradAccumLimit(req.model)) +
                            " micro-batches per step and were not tried: pin the micro-batch and the gradient "
@@ -579,7 +589,7 @@ SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profil
   // nearest misses.
   auto family = [](const Plan& p) {
     return StrategyName(p.strategy) + std::to_string(p.shard_group_size) + OffloadName(p.offload) +
-           (p.replicate_edges ? "+edges" : "");
+           OffloadTierName(p.offload_to) + (p.replicate_edges ? "+edges" : "");
   };
   std::map<std::string, bool> seen;
   seen[family(result.best.plan)] = true;

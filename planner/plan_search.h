@@ -45,6 +45,10 @@ struct SearchRequest {
   std::optional<std::vector<int>> checkpoint_layers;
   std::optional<Offload> offload;
   std::optional<bool> replicate_edges;  // Plan::replicate_edges
+  // Where offloaded optimizer state lives. Unset: the host, and NVMe for a
+  // plan whose host memory alone does not fit, when the profile has disk
+  // rates. kNvme: only plans that offload the optimizer, all to NVMe.
+  std::optional<OffloadTier> offload_to;
 
   OptimizerConfig optimizer;
   int prefetch_depth = 1;

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/nvme_offload.h"
+
 namespace llmplan {
 
 std::string StreamName(StreamKind s) {
@@ -182,6 +184,14 @@ void ProgramBuilder::MakePersistent() {
     host.master_params = (4 + ParamBytes()) * shard;
     host.optimizer_state = 8 * shard;
     host.grad_staging = 4 * shard;
+  }
+  if (plan_.OptimizerStateOnNvme()) {
+    // m and v move to the SSD; the host keeps the blocks they stream through.
+    std::vector<int64_t> shards;
+    for (const auto& u : p_.units) shards.push_back(u.padded_params / u.group_size);
+    host.optimizer_state = 0;
+    host.nvme_staging = NvmeStagingBytes(shards);
+    host.nvme_state = static_cast<double>(NvmeFileBytes(shards));
   }
   // The compute-dtype copy the device keeps per unit: the whole unit when it
   // is resident (no_shard, an edge kept whole), else this rank's shard, which

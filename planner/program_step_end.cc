@@ -116,6 +116,7 @@ void ProgramBuilder::OptimizerStep() {
     cpu.deps = {grads_on_host[u], clip_};
     cpu.work.cpu_adam_params = shard;
     cpu.work.host_sharers = plan_.GpusOnNode();
+    if (plan_.OptimizerStateOnNvme()) cpu.work.nvme_bytes = 8 * shard;
     const int step = Add(cpu);
     // With the parameters streamed (optimizer+params) the CPU update writes
     // the host copy that the next step's gathers bring up themselves.

@@ -118,6 +118,10 @@ struct OpWork {
   // one node, each running its own AdamW at the same time (2 x H200 ranks
   // measured 2.37 G params/s each against 4.48 alone).
   int host_sharers = 1;
+  // NVMe offload (kCpuOptimizerStep): the unit's AdamW m and v read from the
+  // local SSD and written back, bytes each way (8 per parameter); the
+  // host_sharers ranks of the node split the disk as they split the cores.
+  double nvme_bytes = 0;
 };
 
 struct StepOp {
@@ -182,7 +186,15 @@ struct HostMemory {
   // runs (llmplan run --ckpt-async): BuildStepProgram leaves it 0; the
   // evaluation adds it when asked (simulator/evaluate.h).
   double checkpoint_staging = 0;
-  double Total() const { return master_params + optimizer_state + grad_staging + param_staging + checkpoint_staging; }
+  // NVMe offload: the pinned blocks AdamW's state streams through
+  // (planner/nvme_offload.h); optimizer_state is then 0.
+  double nvme_staging = 0;
+  double Total() const {
+    return master_params + optimizer_state + grad_staging + param_staging + checkpoint_staging + nvme_staging;
+  }
+  // Not host memory: the bytes of AdamW state this GPU's rank keeps in its
+  // file on the local SSD (offload_to nvme), which the disk must have free.
+  double nvme_state = 0;
 };
 
 struct StepProgram {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/user_error.h"
 #include "planner/memory_model.h"
+#include "planner/nvme_offload.h"
 #include "planner/program_builder.h"
 
 namespace llmplan {
@@ -68,7 +70,9 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
                       {"optimizer_state", program.host.optimizer_state},
                       {"grad_staging", program.host.grad_staging},
                       {"param_staging", program.host.param_staging},
-                      {"checkpoint_staging", program.host.checkpoint_staging}};
+                      {"checkpoint_staging", program.host.checkpoint_staging},
+                      {"nvme_staging", program.host.nvme_staging}};
+  m.nvme_bytes = program.host.nvme_state;
   m.host_bytes = program.host.Total();
   m.host_capacity_bytes = HostCapacityPerGpu(plan, profile);
 
@@ -130,10 +134,29 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
   e.tokens_per_second_per_gpu = t.step_seconds > 0 ? tokens / t.step_seconds : 0;
   e.mfu = e.tokens_per_second_per_gpu * plan.model.ModelFlopsPerToken(plan.seq_len) / profile.bf16_peak_flops;
   e.hfu = e.tokens_per_second_per_gpu * HardwareFlopsPerToken(plan) / profile.bf16_peak_flops;
+
+  // NVMe offload: refused when the disk, not the GPUs, sets the pace
+  // (planner/nvme_offload.h, kNvmeMaxStepFraction).
+  for (const auto& op : program.ops)
+    if (op.kind == OpKind::kCpuOptimizerStep && op.work.nvme_bytes > 0)
+      t.nvme_seconds += NvmeStreamSeconds(op.work.nvme_bytes / 8, op.work.host_sharers, profile);
+  if (e.fits && t.nvme_seconds > kNvmeMaxStepFraction * t.step_seconds) {
+    e.fits = false;
+    char share[32];
+    std::snprintf(share, sizeof share, "%.0f%%", 100 * t.nvme_seconds / t.step_seconds);
+    e.why_not = "the disk is too slow for the step: streaming AdamW's state (" + FormatBytes(m.nvme_bytes) +
+                " per GPU, read and written) takes " + FormatSeconds(t.nvme_seconds) + " of the " +
+                FormatSeconds(t.step_seconds) + " step (" + share + ", the most is " +
+                std::to_string(static_cast<int>(100 * kNvmeMaxStepFraction)) +
+                "%); more gradient accumulation, more GPUs or a faster disk";
+  }
   return e;
 }
 
 StepProgram BuildEvaluatedProgram(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate) {
+  if (plan.OptimizerStateOnNvme() && !HasNvmeRates(profile))
+    throw UserError("profile " + profile.name + " has no NVMe read/write rates, so AdamW state offloaded to NVMe "
+                    "cannot be priced: measure them on the machine (llmplan profile --nvme-dir DIR)");
   StepProgram program = BuildStepProgram(plan, profile);
   if (evaluate.ckpt_async) program.host.checkpoint_staging = CheckpointStagingBytesPerGpu(plan, program);
   return program;

@@ -103,10 +103,11 @@ std::string CheckpointWriter::Save(std::vector<FlatUnit>& units, const AdamWStat
   bool on_gpu = false;
   for (size_t u = 0; u < units.size(); ++u) {
     const OwnedRange owned = Owned(units[u]);
-    const at::Tensor sources[3] = {units[u].master(), state.exp_avg[u], state.exp_avg_sq[u]};
     // An edge unit kept whole (replicate_edges) is the same on every rank:
     // rank 0 saves it, the others' files leave it out.
     const bool saved_by_rank0 = units[u].group_size() == 1 && plan_.shard_group_size > 1;
+    // NVMe offload: m and v come out of the rank's state file, not memory.
+    const int in_memory = state.nvme ? 1 : 3;
     for (int k = 0; k < 3; ++k) {
       at::Tensor& dst = snap.units[u][k];
       if (saved_by_rank0 && rank_ != 0) {
@@ -115,9 +116,14 @@ std::string CheckpointWriter::Save(std::vector<FlatUnit>& units, const AdamWStat
       }
       if (!dst.defined() || dst.numel() != owned.count)
         dst = options_.async ? PinnedHostZeros(owned.count, at::kFloat) : at::empty({owned.count}, at::kFloat);
-      on_gpu = on_gpu || sources[k].is_cuda();
-      dst.copy_(sources[k].narrow(0, 0, owned.count), /*non_blocking=*/sources[k].is_cuda());
+      if (k >= in_memory) continue;
+      const at::Tensor& source = k == 0 ? units[u].master() : k == 1 ? state.exp_avg[u] : state.exp_avg_sq[u];
+      on_gpu = on_gpu || source.is_cuda();
+      dst.copy_(source.narrow(0, 0, owned.count), /*non_blocking=*/source.is_cuda());
     }
+    if (state.nvme && snap.units[u][1].defined())
+      state.nvme->Read(static_cast<int>(u), owned.count, snap.units[u][1].data_ptr<float>(),
+                       snap.units[u][2].data_ptr<float>());
   }
 #ifdef LLMPLAN_WITH_CUDA
   if (on_gpu) torch::cuda::synchronize(units.front().device().index());
@@ -306,6 +312,12 @@ void CheckpointReader::RestoreOptimizer(std::vector<FlatUnit>& units, AdamWState
   for (size_t u = 0; u < units.size(); ++u) {
     const OwnedRange owned = Owned(units[u]);
     const int unit = static_cast<int>(u);
+    if (state.nvme) {  // into the rank's state file, one unit at a time
+      const at::Tensor m = Read(unit, "exp_avg", owned.begin, owned.count);
+      const at::Tensor v = Read(unit, "exp_avg_sq", owned.begin, owned.count);
+      state.nvme->Write(unit, owned.count, m.data_ptr<float>(), v.data_ptr<float>());
+      continue;
+    }
     state.exp_avg[u].zero_();
     state.exp_avg_sq[u].zero_();
     state.exp_avg[u].narrow(0, 0, owned.count).copy_(Read(unit, "exp_avg", owned.begin, owned.count));

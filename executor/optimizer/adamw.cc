@@ -25,10 +25,18 @@ double LearningRateAt(const OptimizerConfig& c, int64_t step) {
 }
 
 AdamW::AdamW(const OptimizerConfig& config, const std::vector<int64_t>& shard_numels, const at::Device& device,
-             bool allow_fused, bool state_on_host)
+             bool allow_fused, bool state_on_host, std::shared_ptr<NvmeOptimizerState> nvme)
     : config_(config), allow_fused_(allow_fused), state_on_host_(state_on_host) {
   auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
-  for (int64_t n : shard_numels) {
+  if (nvme) {
+    TORCH_CHECK(state_on_host && nvme->units() == static_cast<int>(shard_numels.size()),
+                "AdamW: NVMe state needs the offloaded optimizer and one file region per unit");
+    for (size_t u = 0; u < shard_numels.size(); ++u)
+      TORCH_CHECK(nvme->shard_numel(static_cast<int>(u)) == shard_numels[u], "AdamW: NVMe unit ", u, " has ",
+                  nvme->shard_numel(static_cast<int>(u)), " elements, the shard ", shard_numels[u]);
+    state_.nvme = std::move(nvme);
+  }
+  for (int64_t n : state_.nvme ? std::vector<int64_t>{} : shard_numels) {
     state_.exp_avg.push_back(state_on_host ? PinnedHostZeros(n, at::kFloat) : at::zeros({n}, fp32));
     state_.exp_avg_sq.push_back(state_on_host ? PinnedHostZeros(n, at::kFloat)
                                               : at::zeros({n}, fp32));
@@ -62,8 +70,6 @@ double AdamW::ClipGradients(const std::vector<at::Tensor>& grads) {
 
 void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy) {
   at::NoGradGuard no_grad;
-  at::Tensor& m = state_.exp_avg.at(unit);
-  at::Tensor& v = state_.exp_avg_sq.at(unit);
   const double lr = CurrentLearningRate();
   const double b1 = config_.beta1, b2 = config_.beta2;
   const int64_t t = state_.step + 1;  // 1-based, as torch.optim
@@ -76,25 +82,36 @@ void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const a
   s.bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(b2, static_cast<double>(t))));
   s.eps = static_cast<float>(config_.eps);
   s.step_size = static_cast<float>(-lr / (1.0 - std::pow(b1, static_cast<double>(t))));
-  TORCH_CHECK(master.is_contiguous() && grad.is_contiguous() && master.numel() == m.numel() &&
-                  grad.numel() == m.numel() && master.scalar_type() == at::kFloat && grad.scalar_type() == at::kFloat,
-              "AdamW::Update: unit ", unit, " needs contiguous fp32 master and grad of ", m.numel(), " elements");
+  const int64_t n = state_.nvme ? state_.nvme->shard_numel(unit) : state_.exp_avg.at(unit).numel();
+  TORCH_CHECK(master.is_contiguous() && grad.is_contiguous() && master.numel() == n && grad.numel() == n &&
+                  master.scalar_type() == at::kFloat && grad.scalar_type() == at::kFloat,
+              "AdamW::Update: unit ", unit, " needs contiguous fp32 master and grad of ", n, " elements");
   if (state_on_host_) {
     // Offload: everything is in host memory by now (the interpreter copied
     // the gradient shard down); one threaded pass over the four arrays.
     TORCH_CHECK(master.device().is_cpu() && grad.device().is_cpu(), "AdamW::Update: offloaded state needs host tensors");
     const bool copy = compute_copy.defined();
-    TORCH_CHECK(!copy || (compute_copy.device().is_cpu() && compute_copy.is_contiguous() &&
-                          compute_copy.numel() == m.numel() &&
+    TORCH_CHECK(!copy || (compute_copy.device().is_cpu() && compute_copy.is_contiguous() && compute_copy.numel() == n &&
                           (compute_copy.scalar_type() == at::kBFloat16 || compute_copy.scalar_type() == at::kFloat)),
-                "AdamW::Update: the offloaded compute copy must be a contiguous bf16/fp32 host tensor of ", m.numel(),
+                "AdamW::Update: the offloaded compute copy must be a contiguous bf16/fp32 host tensor of ", n,
                 " elements");
+    if (state_.nvme) {
+      // m and v stream from the SSD through the same loop, block by block.
+      state_.nvme->Update(unit, master.data_ptr<float>(), grad.data_ptr<float>(),
+                          copy ? compute_copy.data_ptr() : nullptr, copy && compute_copy.scalar_type() == at::kBFloat16,
+                          s, cpu_threads_);
+      return;
+    }
+    at::Tensor& m = state_.exp_avg.at(unit);
+    at::Tensor& v = state_.exp_avg_sq.at(unit);
     // The compute copy is written in the same pass (one sweep of host memory, not two).
     CpuAdamW(master.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
              master.numel(), s, cpu_threads_, copy ? compute_copy.data_ptr() : nullptr,
              copy && compute_copy.scalar_type() == at::kBFloat16);
     return;
   }
+  at::Tensor& m = state_.exp_avg.at(unit);
+  at::Tensor& v = state_.exp_avg_sq.at(unit);
 #ifdef LLMPLAN_WITH_CUDA
   if (allow_fused_ && master.device().is_cuda()) {
     // One launch reads p, g, m, v and writes p, m, v and the compute copy:

@@ -17,10 +17,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
+#include "executor/optimizer/nvme_optimizer_state.h"
 #include "planner/plan.h"
 
 namespace llmplan::executor {
@@ -32,8 +34,11 @@ double LearningRateAt(const OptimizerConfig& config, int64_t step);
 
 struct AdamWState {
   int64_t step = 0;                // optimizer steps taken (bias correction uses step + 1 next)
-  std::vector<at::Tensor> exp_avg;     // m, fp32, one flat tensor per unit
-  std::vector<at::Tensor> exp_avg_sq;  // v, fp32, one flat tensor per unit
+  std::vector<at::Tensor> exp_avg;     // m, fp32, one flat tensor per unit (empty when on NVMe)
+  std::vector<at::Tensor> exp_avg_sq;  // v, fp32, one flat tensor per unit (empty when on NVMe)
+  // NVMe offload: m and v live in this rank's file instead (read and written
+  // through it, by the update and by checkpoints).
+  std::shared_ptr<NvmeOptimizerState> nvme;
 };
 
 class AdamW {
@@ -43,8 +48,11 @@ class AdamW {
   // the two).
   // `state_on_host` puts m and v in (pinned) host memory beside an offloaded
   // master; Update then runs the CPU loop (cpu_adamw.h).
+  // `nvme`, when set, holds m and v instead (NVMe offload): Update streams
+  // them through it with the same CPU loop. REQUIRES state_on_host and
+  // nvme's units of shard_numels' lengths.
   AdamW(const OptimizerConfig& config, const std::vector<int64_t>& shard_numels, const at::Device& device,
-        bool allow_fused = true, bool state_on_host = false);
+        bool allow_fused = true, bool state_on_host = false, std::shared_ptr<NvmeOptimizerState> nvme = nullptr);
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 

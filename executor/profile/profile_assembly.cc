@@ -337,6 +337,24 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
                       {"seconds", adam.workers > 1 ? adam.concurrent_seconds : adam.seconds},
                       {"params_per_s_each", concurrent}}}};
 
+  // --- the local SSD (NVMe offload) ---
+  if (m.disk) {
+    const DiskMeasurement& d = *m.disk;
+    p.nvme_write_bytes_per_s = static_cast<double>(d.bytes) / d.write_seconds;
+    p.nvme_read_bytes_per_s = static_cast<double>(d.bytes) / d.read_seconds;
+    j["nvme"] = {{"call", "DirectFile (executor/hardware/direct_file.h): sequential pwrite, fdatasync, then pread"},
+                 {"dir", d.dir},
+                 {"direct", d.direct},
+                 {"bytes", d.bytes},
+                 {"block_bytes", d.block_bytes},
+                 {"write_seconds", d.write_seconds},
+                 {"read_seconds", d.read_seconds},
+                 {"write_bytes_per_s", p.nvme_write_bytes_per_s},
+                 {"read_bytes_per_s", p.nvme_read_bytes_per_s}};
+  } else {
+    kept.insert(kept.end(), {"host.nvme_read_bytes_per_s", "host.nvme_write_bytes_per_s"});
+  }
+
   // --- memory ---
   if (cuda && m.fixed_memory) {
     const FixedMemoryMeasurement& f = *m.fixed_memory;
@@ -415,6 +433,11 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
     s << ", " << FormatRate(concurrent, "params/s") << " per GPU with " << adam.workers << " at once ("
       << FormatRate(concurrent * adam.workers, "params/s") << " for the host: the profile's figure)";
   s << ". ";
+  if (m.disk)
+    s << "NVMe (" << m.disk->dir << (m.disk->direct ? ", O_DIRECT" : ", buffered: O_DIRECT refused") << "): "
+      << FormatBytes(static_cast<double>(m.disk->bytes)) << " in " << FormatBytes(static_cast<double>(m.disk->block_bytes))
+      << " blocks, write " << FormatRate(p.nvme_write_bytes_per_s, "B/s") << " (with the flush), read "
+      << FormatRate(p.nvme_read_bytes_per_s, "B/s") << ". ";
   if (cuda && m.fixed_memory) {
     s << "Fixed memory: context and kernels " << FormatBytes(p.cuda_context_bytes)
       << " (device used minus the caching allocator's reserved, after the compute measurements), cuBLAS workspaces "

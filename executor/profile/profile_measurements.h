@@ -112,6 +112,16 @@ struct CpuAdamWMeasurement {
   double concurrent_seconds = 0;
 };
 
+// The local SSD, as NVMe offload streams it (executor/profile/disk_rate.h).
+struct DiskMeasurement {
+  std::string dir;          // --nvme-dir
+  bool direct = true;       // O_DIRECT; false: the filesystem refused it (the rates are the page cache's)
+  int64_t bytes = 0;        // written, then read back
+  int64_t block_bytes = 0;  // per transfer
+  double write_seconds = 0;  // including the final flush
+  double read_seconds = 0;
+};
+
 // Device memory outside what tensors hold (CUDA only).
 struct FixedMemoryMeasurement {
   double capacity_bytes = 0;              // cudaMemGetInfo's total
@@ -135,6 +145,7 @@ struct ProfileMeasurements {
   std::vector<CollectiveMeasurement> collectives;      // CUDA, 2+ GPUs; the first among all GPUs measured
   std::optional<ContentionMeasurement> contention;     // CUDA, 2+ GPUs: among all GPUs measured
   CpuAdamWMeasurement cpu_adamw;
+  std::optional<DiskMeasurement> disk;                 // with --nvme-dir
   std::optional<FixedMemoryMeasurement> fixed_memory;  // CUDA only
   // What could not be measured and why ("pinned copies: cudaHostAlloc failed ...").
   std::vector<std::string> skipped;

@@ -19,6 +19,8 @@
 #include "executor/hardware/host_info.h"
 #include "executor/profile/contention.h"
 #include "executor/profile/cpu_adamw_rate.h"
+#include "executor/profile/disk_rate.h"
+#include "planner/nvme_offload.h"
 #include "executor/profile/host_copies.h"
 #include "executor/profile/nccl_collectives.h"
 #include "executor/profile/progress.h"
@@ -283,6 +285,8 @@ void MeasureCuda(const HostInfo& host, const CudaMachine& machine, int collectiv
 AssembledProfile RunProfile(const ProfileOptions& options, std::ostream& out, bool terminal) {
   const auto start = std::chrono::steady_clock::now();
   CheckOutputPath(options.output_path);
+  if (std::error_code ec; !options.nvme_dir.empty() && !std::filesystem::is_directory(options.nvme_dir, ec))
+    throw UserError("--nvme-dir " + options.nvme_dir + " is not a directory");
   if (options.gpus < 0) throw UserError("--gpus must be at least 1");
   const HostInfo host = ReadHostInfo();
 
@@ -352,6 +356,20 @@ AssembledProfile RunProfile(const ProfileOptions& options, std::ostream& out, bo
     out << "llmplan profile: the CPU executor on " << machine.device_name << ", " << host.threads << " threads ("
         << (why_cpu.empty() ? "no GPU" : why_cpu) << "), base profile " << base.name << "\n";
     MeasureCpu(host, options.quick, m, out, terminal);
+  }
+  if (!options.nvme_dir.empty()) {
+    const int64_t bytes = int64_t{options.quick ? 1 : 4} << 30;
+    ProfileProgress disk(out, terminal,
+                         {{"NVMe: " + FormatBytes(static_cast<double>(bytes)) + " written and read back in " +
+                               FormatBytes(static_cast<double>(NvmeBlockBytes(kNvmeBlockElements))) + " blocks, " +
+                               options.nvme_dir,
+                           options.quick ? 2.0 : 8.0}});
+    disk.Begin(0);
+    m.disk = MeasureDisk(options.nvme_dir, bytes, [&](int d, int t) { disk.Items(d, t); });
+    const double gib = static_cast<double>(m.disk->bytes);
+    disk.End("write " + FormatRate(gib / m.disk->write_seconds, "B/s") + ", read " +
+             FormatRate(gib / m.disk->read_seconds, "B/s") +
+             (m.disk->direct ? "" : " (buffered: this filesystem refuses O_DIRECT, so these are the page cache's)"));
   }
   m.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

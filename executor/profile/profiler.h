@@ -27,6 +27,9 @@ struct ProfileOptions {
   bool quick = false;           // fewer shapes and sizes, short timings: well under a minute
   bool cpu = false;             // measure the CPU executor even where there are GPUs
   int gpus = 0;                 // local GPUs to run the collectives among; 0: all visible
+  // A directory on the local SSD whose read and write bandwidth to measure
+  // (NVMe offload); empty: not measured (the base profile's rates stand).
+  std::string nvme_dir;
   std::string llmplan_version;  // recorded in the source
 };
 

@@ -2,7 +2,9 @@
 #include "executor/run/preflight.h"
 
 #include <algorithm>
+#include <filesystem>
 
+#include "executor/hardware/direct_file.h"
 #include "executor/hardware/host_info.h"
 #include "executor/step/out_of_memory.h"
 #include "planner/estimate.h"
@@ -76,6 +78,27 @@ void CheckPlanFitsHost(const Plan& plan, const at::Device& device, int ranks_on_
   const StepProgram program = BuildStepProgram(plan, profile);
   CheckHostMemory(plan, PredictHostMemory(plan, program, device.is_cpu(), ranks_on_node, staging_ranks_on_node),
                   ReadHostInfo().available_bytes);
+}
+
+void CheckNvmeDirectory(const Plan& plan, const std::string& dir, int ranks_on_node) {
+  if (dir.empty())
+    throw UserError("the plan keeps AdamW's state on NVMe (offload_to nvme): give a directory on a local SSD with "
+                    "--nvme-dir DIR");
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw UserError("--nvme-dir " + dir + " is not a directory" + (ec ? " (" + ec.message() + ")" : std::string()));
+  // The state's size needs no profile: the builder's defaults give the same units.
+  HardwareProfile profile;
+  profile.name = plan.profile;
+  const double each = BuildStepProgram(plan, profile).host.nvme_state;
+  const double needed = each * ranks_on_node;
+  const int64_t free = FreeDiskBytes(dir);
+  if (free >= 0 && needed > static_cast<double>(free))
+    throw UserError("--nvme-dir " + dir + " has " + FormatBytes(static_cast<double>(free)) + " free, but " +
+                    (ranks_on_node > 1 ? std::to_string(ranks_on_node) + " ranks' AdamW state needs " +
+                                             FormatBytes(needed) + " (" + FormatBytes(each) + " each)"
+                                       : "the AdamW state needs " + FormatBytes(needed)) +
+                    "; free space there, give another directory, or plan for more GPUs");
 }
 
 }  // namespace llmplan::executor

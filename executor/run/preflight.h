@@ -76,4 +76,14 @@ int CheckpointStagingRanksOnNode(bool ckpt_async, int shard_group_size, int rank
 // ranks_on_node. Throws UserError as above.
 void CheckPlanFitsHost(const Plan& plan, const at::Device& device, int ranks_on_node, int staging_ranks_on_node = 0);
 
+// NVMe offload (plan.OptimizerStateOnNvme()): `dir` was given, is a
+// directory, and its filesystem has room for the AdamW state files of the
+// node's `ranks_on_node` ranks (StepProgram::host.nvme_state each; free space
+// as statvfs reports it to this user).
+// REQUIRES: plan is valid, ranks_on_node >= 1. Throws UserError in one line
+// that says what is missing, e.g.
+//   --nvme-dir /scratch has 20.1 GiB free, but 2 ranks' AdamW state needs 23.4 GiB
+//   (11.7 GiB each); free space there, give another directory, or plan for more GPUs
+void CheckNvmeDirectory(const Plan& plan, const std::string& dir, int ranks_on_node);
+
 }  // namespace llmplan::executor

@@ -24,6 +24,7 @@
 #include "executor/data/batch_loader.h"
 #include "executor/sharding/flat_unit.h"
 #include "executor/hardware/host_memory.h"
+#include "executor/optimizer/nvme_optimizer_state.h"
 #include "executor/model/llama_model.h"
 #include "executor/run/preflight.h"
 #include "executor/run/rank_peaks.h"
@@ -36,6 +37,7 @@
 #include "executor/torch_compat.h"
 #include "planner/estimate.h"
 #include "planner/hardware_profile.h"
+#include "planner/nvme_offload.h"
 #include "planner/step_program.h"
 #include "simulator/evaluate.h"
 #include "base/user_error.h"
@@ -152,6 +154,7 @@ class LoaderWatch {
 // the profile could not be loaded (nothing to predict with).
 double PredictedTokensPerSecondPerGpu(const Plan& plan, const HardwareProfile& profile) {
   if (profile.bf16_peak_flops <= 0) return 0;
+  if (plan.OptimizerStateOnNvme() && !HasNvmeRates(profile)) return 0;  // the disk cannot be priced
   return EvaluatePlan(plan, profile).tokens_per_second_per_gpu;
 }
 
@@ -226,6 +229,8 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   CheckPlanFitsHost(plan, device, env.local_world_size,
                     CheckpointStagingRanksOnNode(config.ckpt_async && !config.ckpt_dir.empty(), plan.shard_group_size,
                                                  env.rank, env.local_rank, env.local_world_size));
+  // And the AdamW state files of the node's ranks must fit on the SSD.
+  if (plan.OptimizerStateOnNvme()) CheckNvmeDirectory(plan, config.nvme_dir, env.local_world_size);
 #ifdef LLMPLAN_WITH_CUDA
   // Make this rank's GPU the thread's current device before any CUDA work
   // (NCCL init, streams, events, kernels): code that takes "the current
@@ -286,8 +291,15 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     initial_values = [&](int u, int64_t begin, int64_t count) { return pretrained->UnitRange(u, begin, count); };
   }
   std::vector<FlatUnit> units = MakeShardedUnits(model, plan, device, shard_rank, initial_values);
+  std::shared_ptr<NvmeOptimizerState> nvme_state;
+  if (plan.OptimizerStateOnNvme()) {
+    nvme_state = std::make_shared<NvmeOptimizerState>(NvmeStatePath(config.nvme_dir, env.rank), ShardNumels(units));
+    if (!nvme_state->direct() && rank0 && config.progress)
+      std::cerr << "llmplan: notice: " << config.nvme_dir << " does not take O_DIRECT (tmpfs?): the AdamW state "
+                << "goes through the page cache" << std::endl;
+  }
   AdamW optimizer(plan.optimizer, ShardNumels(units), device, /*allow_fused=*/true,
-                  /*state_on_host=*/OffloadsOptimizer(plan.offload));
+                  /*state_on_host=*/OffloadsOptimizer(plan.offload), nvme_state);
   if (resume_from) {
     resume_from->RestoreOptimizer(units, optimizer.state());
     data.Seek(resume_from->manifest().data_position);

@@ -59,6 +59,10 @@ struct TrainConfig {
   // reading micro-batches, and micro-batches read ahead.
   int loader_workers = 1;
   int loader_prefetch = 4;
+  // NVMe offload (plan.offload_to nvme): the directory on a local SSD where
+  // each rank keeps its AdamW state file (required for such plans; checked
+  // for room before anything is allocated).
+  std::string nvme_dir;
 };
 
 // Trains config.plan for config.steps optimizer steps on micro-batches from

@@ -17,6 +17,7 @@ std::string RePlanAdvice(const Plan& plan) {
                      " --gpu " + plan.profile + " --seq " + std::to_string(plan.seq_len) + " --global-batch " +
                      std::to_string(plan.GlobalBatch()) + " --strategy " + StrategyName(plan.strategy);
   if (plan.strategy == ShardingStrategy::kHybridShard) pins += " --shard-group " + std::to_string(plan.shard_group_size);
+  if (plan.OptimizerStateOnNvme()) pins += " --offload-to nvme";
   const bool all_checkpointed = static_cast<int64_t>(plan.checkpoint_layers.size()) == plan.model.layers;
   if (plan.replicate_edges) {
     // The embedding's and head's whole state on every GPU is the cheapest

@@ -29,7 +29,9 @@ class ProfileCliTest : public ::testing::Test {
                                      ("llmplan_profile_cli_" + std::to_string(::getpid())));
     std::filesystem::remove_all(*dir_);
     std::filesystem::create_directories(*dir_);
-    profile_run_ = new CommandResult(RunLlmplan("profile --cpu --quick -o " + Path("cpu-here.json")));
+    // With the disk this directory is on (NVMe offload's rates): 1 GiB written and read back.
+    profile_run_ = new CommandResult(
+        RunLlmplan("profile --cpu --quick --nvme-dir " + dir_->string() + " -o " + Path("cpu-here.json")));
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*dir_);
@@ -101,6 +103,26 @@ TEST_F(ProfileCliTest, EstimatePlansWithTheMeasuredProfile) {
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_GT(j["time"]["step_s"].get<double>(), 0);
   EXPECT_TRUE(j["fits"].get<bool>());
+}
+
+TEST_F(ProfileCliTest, NvmeDirGivesDiskRatesAndLeavesNoFile) {
+  ASSERT_EQ(profile_run_->status, 0) << profile_run_->output;
+  EXPECT_NE(profile_run_->output.find("] NVMe: 1.00 GiB written and read back"), std::string::npos)
+      << profile_run_->output;
+  const HardwareProfile p = LoadHardwareProfile(Path("cpu-here.json"));
+  EXPECT_GT(p.nvme_read_bytes_per_s, 1e6);
+  EXPECT_GT(p.nvme_write_bytes_per_s, 1e6);
+  const nlohmann::json nvme = ProfileJson()["measurements"]["nvme"];
+  EXPECT_EQ(nvme["bytes"].get<double>(), 1073741824.0);
+  EXPECT_EQ(nvme["dir"], dir_->string());
+  EXPECT_NE(p.source.find("NVMe ("), std::string::npos) << p.source;
+  for (const auto& entry : std::filesystem::directory_iterator(*dir_))
+    EXPECT_EQ(entry.path().filename().string().find("llmplan-disk-probe"), std::string::npos) << entry.path();
+  // Not a directory: one line, before anything is measured.
+  const CommandResult bad = RunLlmplan("profile --cpu --quick --nvme-dir " + Path("missing") + " -o " + Path("y.json"));
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << bad.output;
+  EXPECT_NE(bad.output.find("--nvme-dir " + Path("missing") + " is not a directory"), std::string::npos) << bad.output;
 }
 
 TEST_F(ProfileCliTest, BadOutputPathIsOneLineAndExit2BeforeMeasuring) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,6 +28,16 @@ inline Plan TinyCpuPlan(int gpus, int64_t seq_len = 64, int64_t micro_batch = 2)
   plan.seq_len = seq_len;
   plan.micro_batch = micro_batch;
   return plan;
+}
+
+// A uint16 token file of `count` tokens with structure (a model learns them;
+// losses move every step), as resume_test.cc writes its own.
+inline void WriteStructuredTokens(const std::string& path, size_t count) {
+  std::vector<uint16_t> tokens(count);
+  std::mt19937 gen(7);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>((i * 31 + (i / 97) + gen() % 3) % 250);
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
 }
 
 // The whole of a file ("" when it cannot be read).

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "planner/nvme_offload.h"
 #include "planner/plan_search.h"
 #include "base/user_error.h"
 #include "simulator/evaluate.h"
@@ -26,7 +27,7 @@ struct EstimateOptions {
   std::string gpu = "h100-sxm-80g";
   int64_t global_batch = 0;
   double global_batch_tokens = 0;
-  std::string strategy, checkpoint_layers, offload, replicate_edges;
+  std::string strategy, checkpoint_layers, offload, offload_to, replicate_edges;
   static constexpr int64_t kUnpinned = std::numeric_limits<int64_t>::min();  // no value a user can type
   int64_t micro_batch = kUnpinned, grad_accum = kUnpinned, shard_group = kUnpinned;
   int64_t seq = kUnpinned;  // 4096, or the model's max_position_embeddings when smaller
@@ -98,6 +99,14 @@ void Run(const EstimateOptions& o) {
       throw UserError("--replicate-edges must be yes or no (got '" + o.replicate_edges + "')");
     req.replicate_edges = o.replicate_edges == "yes";
   }
+  if (!o.offload_to.empty()) {
+    req.offload_to = ParseOffloadTier(o.offload_to);
+    if (*req.offload_to == OffloadTier::kNvme && req.offload && !OffloadsOptimizer(*req.offload))
+      throw UserError("--offload-to nvme holds AdamW's state on the SSD: give --offload optimizer or optimizer+params");
+    if (*req.offload_to == OffloadTier::kNvme && !HasNvmeRates(profile))
+      throw UserError("profile " + profile.name + " has no NVMe read/write rates: measure them on the machine with "
+                      "`llmplan profile --nvme-dir DIR`, then plan with that profile");
+  }
   if (o.prefetch < 0 || o.prefetch > 8) throw UserError("--prefetch must be between 0 and 8");
   req.prefetch_depth = o.prefetch;
   if (o.loss_chunk < 1) throw UserError("--loss-chunk must be positive");
@@ -161,6 +170,9 @@ void Run(const EstimateOptions& o) {
     // or a truer --host-memory; the device with sharding, offload, a shorter --seq.
     const bool host_short = r.best.memory.host_bytes > r.best.memory.host_capacity_bytes &&
                             r.best.memory.device_peak_bytes <= r.best.memory.capacity_bytes;
+    // The disk refusal says itself what helps (more accumulation, GPUs, a faster disk).
+    const bool disk_short = r.best.time.nvme_seconds > kNvmeMaxStepFraction * r.best.time.step_seconds;
+    if (disk_short) throw UserError(r.why_none);
     throw UserError(r.why_none + (host_short ? "; spread the offloaded state over more GPUs (--gpus auto), offload less "
                                                "(--offload), or give the node's pinnable memory with --host-memory GIB"
                                              : "; try more GPUs (--gpus auto), --offload optimizer, or a shorter --seq"));
@@ -191,6 +203,9 @@ void AddEstimateCommand(CLI::App& app) {
   cmd->add_option("--replicate-edges", o->replicate_edges,
                   "Pin: yes keeps the embedding and head whole on every GPU while the blocks are sharded (no "
                   "gathers for them, one all-reduce per step); no shards them like the blocks");
+  cmd->add_option("--offload-to", o->offload_to,
+                  "Pin where offloaded optimizer state lives: host | nvme (default: host, NVMe where the host is short "
+                  "and the profile has disk rates)");
   cmd->add_option("--prefetch", o->prefetch, "Units gathered ahead of compute")->capture_default_str();
   cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (default: the profile's)");
   cmd->add_option("--host-memory", o->host_memory_gib,

@@ -2,6 +2,7 @@
 // profile that `llmplan estimate --gpu PROFILE.json` takes.
 //
 //   llmplan profile -o PROFILE.json [--name NAME] [--quick] [--gpus N] [--cpu] [--base PROFILE]
+//                   [--nvme-dir DIR]
 //
 // Progress on stderr; the profile's schema is profiles/README.md's, plus the
 // raw tables under "measurements" (executor/profile/profiler.h).
@@ -33,6 +34,9 @@ void AddProfileCommand(CLI::App& app) {
   profile->add_option("--base", options->base,
                       "Profile to keep what cannot be measured here from (inter-node curves, datasheet peak, price); "
                       "default: the built-in one named like this GPU, or cpu");
+  profile->add_option("--nvme-dir", options->nvme_dir,
+                      "Also measure the read and write bandwidth of the SSD holding DIR (for NVMe offload; "
+                      "writes 4 GiB there, 1 GiB with --quick)");
   profile->callback([options] {
     options->llmplan_version = VersionText().substr(0, VersionText().find('\n'));
     executor::RunProfile(*options, std::cerr, isatty(STDERR_FILENO) != 0);

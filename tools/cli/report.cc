@@ -50,7 +50,7 @@ void PrintEstimate(std::ostream& out, const Estimate& e, const HardwareProfile& 
                                 WithCommas(static_cast<double>(p.TokensPerStep())) + " tokens) per step");
   out << Row("checkpointed blocks", std::to_string(p.checkpoint_layers.size()) + " of " +
                                         std::to_string(p.model.layers) + ": " + FormatLayerList(p.checkpoint_layers));
-  out << Row("offload", OffloadName(p.offload));
+  out << Row("offload", OffloadName(p.offload) + (p.OptimizerStateOnNvme() ? ", AdamW state on NVMe" : ""));
   out << Row("prefetch", std::to_string(p.prefetch_depth) + " unit(s) ahead");
 
   const MemoryEstimate& m = e.memory;
@@ -71,11 +71,14 @@ void PrintEstimate(std::ostream& out, const Estimate& e, const HardwareProfile& 
     out << Row("= host pinned", FormatBytes(m.host_bytes) + " of " + FormatBytes(m.host_capacity_bytes) + " per GPU" +
                                     (m.host_bytes <= m.host_capacity_bytes ? "  [fits]" : "  [DOES NOT FIT]"));
   }
+  if (m.nvme_bytes > 0) out << Row("NVMe (AdamW m, v)", FormatBytes(m.nvme_bytes) + " per GPU on the local SSD");
 
   out << "\nTime per step\n";
   for (const auto& [name, seconds] : e.time.breakdown)
     if (seconds > 0) out << Row(name, FormatSeconds(seconds));
   out << Row("= step", FormatSeconds(e.time.step_seconds));
+  if (e.time.nvme_seconds > 0)
+    out << Row("NVMe streaming", FormatSeconds(e.time.nvme_seconds) + " of disk time, under the CPU optimizer");
   std::string busy;
   for (const auto& [name, seconds] : e.time.stream_busy)
     if (seconds > 0) busy += (busy.empty() ? "" : ", ") + name + " " + FormatSeconds(seconds);

@@ -7,7 +7,7 @@
 //               [--resume | --resume-from DIR/step-NNNNNNNN | --init-from HF_DIR]
 //               [--overwrite] [--bad-step stop|skip] [--spike-factor F]
 //               [--price DOLLARS_PER_GPU_HOUR] [--target-tokens N]
-//               [--loader-workers N] [--loader-prefetch K]
+//               [--loader-workers N] [--loader-prefetch K] [--nvme-dir DIR]
 //
 // The plan comes from `llmplan estimate ... -o plan.json`; the token file from
 // `llmplan data prepare` or any format data/token_file.h reads.
@@ -20,6 +20,7 @@
 
 #include "executor/launcher/launcher.h"
 #include "executor/run/metrics.h"
+#include "executor/run/preflight.h"
 #include "executor/run/run_directory.h"
 #include "executor/run/trainer.h"
 #include "planner/plan.h"
@@ -57,6 +58,10 @@ void RunCommand(const RunOptions& o) {
     config.plan.optimizer.lr = o.lr;
   }
   if (o.steps < 1) throw UserError("--steps must be at least 1");
+  if (!config.nvme_dir.empty() && !config.plan.OptimizerStateOnNvme())
+    throw UserError("--nvme-dir is for plans that keep AdamW's state on NVMe, and this one keeps it " +
+                    std::string(OffloadsOptimizer(config.plan.offload) ? "in host memory" : "on the GPU") +
+                    " (llmplan estimate --offload optimizer --offload-to nvme makes one)");
   config.steps = o.steps;
   config.run_dir = o.out;
   config.device = o.cpu ? "cpu" : "cuda";  // cuda:LOCAL_RANK when several processes run
@@ -73,6 +78,8 @@ void RunCommand(const RunOptions& o) {
                                                             : executor::RunDirectoryMode::kNew;
   // Checked here too (before any rank starts), so a refused --out is one line.
   executor::CheckRunDirectory(config.run_dir, config.run_dir_mode);
+  if (config.plan.OptimizerStateOnNvme())
+    executor::CheckNvmeDirectory(config.plan, config.nvme_dir, o.cpu && o.cpu_ranks > 0 ? o.cpu_ranks : config.plan.GpusOnNode());
 
   // One process per local GPU (or CPU rank), unless torchrun or Slurm already
   // started one per rank: then this process is that rank.
@@ -131,6 +138,8 @@ void AddRunCommand(CLI::App& app) {
                   "Save a checkpoint every K steps (0: at the end and on SIGINT/SIGTERM only)")
       ->check(CLI::NonNegativeNumber);
   run->add_option("--ckpt-keep", options->train.ckpt_keep, "Complete checkpoints to keep (default 2)")->check(CLI::Range(1, 1000000));
+  run->add_option("--nvme-dir", options->train.nvme_dir,
+                  "Directory on a local SSD for each rank's AdamW state file (plans with offload_to nvme)");
   run->add_flag("--ckpt-async", options->train.ckpt_async,
                 "Copy the state to host memory and write checkpoints in the background while training goes on");
   run->add_flag("--resume", options->train.resume,
