@@ -32,7 +32,7 @@ void ProgramBuilder::Backward(int mb) {
       memory.saved_category = MemoryCategory::kRecompute;
       saved = BlockRecompute(shape_, saved, memory);
       op.alloc_at_start = std::move(memory.events);
-      recompute = Add(op);
+      recompute = Add(std::move(op));
     }
     // The backward waits for the reduce-scatter two before it, whose shard
     // is accumulated just before (the executor waits on it there).
@@ -76,7 +76,7 @@ void ProgramBuilder::Backward(int mb) {
       compute_grad_[u] = -1;
     }
     op.alloc_at_start = std::move(memory.events);
-    const int bwd = Add(op);
+    const int bwd = Add(std::move(op));
     previous = bwd;
     if (gathered >= 0) Release(u, mb, bwd, true);
     ReduceGradients(u, mb, bwd, last_mb);
@@ -102,7 +102,7 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
     memory.Free(compute_grad_[u]);
     compute_grad_[u] = -1;
     op.alloc_at_start = std::move(memory.events);
-    AfterReduction(u, mb, Add(op), last_mb);
+    AfterReduction(u, mb, Add(std::move(op)), last_mb);
     return;
   }
   // The reduce-dtype copy made at the end of the backward is scattered into a
@@ -122,7 +122,7 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
   MemoryScript memory(tensors_);
   const int shard = memory.Alloc(MemoryCategory::kGradBuffers, ReduceBytes() * Padded(u) / G());
   rs.alloc_at_start = std::move(memory.events);
-  const int id = Add(rs);
+  const int id = Add(std::move(rs));
   reduce_scatters_.push_back(id);
   pending_shards_.push_back({id, u, mb, {reduce_input_[u], shard}, last_mb});
   reduce_input_[u] = -1;
@@ -146,7 +146,7 @@ void ProgramBuilder::AccumulateThrough(int rs_id) {
     MemoryScript memory(tensors_);
     for (int t : s.temporaries) memory.Free(t);
     op.alloc_at_start = std::move(memory.events);
-    AfterReduction(s.unit, s.mb, Add(op), s.last_mb);
+    AfterReduction(s.unit, s.mb, Add(std::move(op)), s.last_mb);
   }
 }
 
@@ -166,7 +166,7 @@ void ProgramBuilder::AfterReduction(int u, int mb, int reduced, bool last_mb) {
     ar.work.collective_bytes = 4 * Padded(u) / G();
     ar.work.group_size = R();
     ar.work.spans_nodes = plan_.gpus > plan_.gpus_per_node;
-    reduced = Add(ar);
+    reduced = Add(std::move(ar));
   }
   if (last_mb) grad_final_[u] = reduced;
 }

@@ -61,7 +61,7 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
     copy.work.copy_bytes = bytes / G();
     copy.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, bytes / G()});
     copy.deps = deps;
-    deps.push_back(Add(copy));
+    deps.push_back(Add(std::move(copy)));
   }
   StepOp op;
   op.kind = OpKind::kAllGather;
@@ -85,7 +85,7 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
   gathered_[u] = memory.Alloc(MemoryCategory::kGatheredParams, bytes);
   op.alloc_at_start = std::move(memory.events);
   if (params_offloaded) op.free_at_end.push_back({MemoryCategory::kOffloadStaging, -bytes / G()});
-  const int id = Add(op);
+  const int id = Add(std::move(op));
   current_gather_[u] = id;
   if (!kept) in_flight_.push_back(id);
   return id;
@@ -103,7 +103,7 @@ int ProgramBuilder::Release(int u, int mb, int after, bool backward) {
   memory.Free(gathered_[u]);
   gathered_[u] = -1;
   op.alloc_at_start = std::move(memory.events);
-  const int id = Add(op);
+  const int id = Add(std::move(op));
   last_release_of_unit_[u] = id;
   release_of_[current_gather_[u]] = id;
   current_gather_[u] = -1;
@@ -145,7 +145,7 @@ void ProgramBuilder::Forward(int mb) {
       case UnitKind::kHead: saved_[{u, mb}] = HeadForward(shape_, OutputMatrixParams(), memory); break;
     }
     op.alloc_at_start = std::move(memory.events);
-    last_forward_[u] = Add(op);
+    last_forward_[u] = Add(std::move(op));
     if (U(u).kind == UnitKind::kHead) last_loss_ = last_forward_[u];
     if (GathersParams() && !KeepsParamsThroughBackward(u)) Release(u, mb, last_forward_[u], false);
   }
