@@ -293,7 +293,8 @@ class Searcher {
       return false;
     };
     if (guess > 0 && probe(guess) && guess > 1) probe(guess - 1);
-    if (!have_best && !probe(order.size())) return best;  // even every useful block is not enough
+    // Even every useful block is not enough (already known when that was the guess).
+    if (!have_best && (guess == order.size() || !probe(order.size()))) return best;
     while (hi - lo > 1) probe((lo + hi) / 2);
     return best;
   }

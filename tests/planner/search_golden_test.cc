@@ -158,9 +158,14 @@ TEST(SearchGoldenTest, EveryAnswerIsUnchanged) {
     EXPECT_EQ(got["best"], want["best"]) << nlohmann::json::diff(want["best"], got["best"]).dump(1);
     EXPECT_EQ(got["alternatives"], want["alternatives"])
         << nlohmann::json::diff(want["alternatives"], got["alternatives"]).dump(1);
-    EXPECT_EQ(got["evaluated_count"], want["evaluated_count"]);
-    const nlohmann::json& want_evaluated = golden[c.name]["evaluated"];
+    // The search may stop evaluating a plan twice in a row (e64adba did when
+    // its first guess of checkpointed blocks was all of them); every other
+    // evaluation stays, in order, with the same figures.
+    nlohmann::json want_evaluated = nlohmann::json::array();
+    for (const nlohmann::json& e : golden[c.name]["evaluated"])
+      if (want_evaluated.empty() || want_evaluated.back() != e) want_evaluated.push_back(e);
     const nlohmann::json& got_evaluated = now[c.name]["evaluated"];
+    EXPECT_EQ(got["evaluated_count"], want_evaluated.size());
     EXPECT_EQ(got_evaluated, want_evaluated)
         << nlohmann::json::diff(want_evaluated, got_evaluated).dump(1).substr(0, 4000);
   }
