@@ -28,7 +28,7 @@ void ProgramBuilder::Backward(int mb) {
       op.name = "recompute " + UnitName(u) + MbSuffix(mb);
       FillForwardWork(u, op.work);
       op.deps = {gathered, previous};
-      MemoryScript memory(tensors_);
+      MemoryScript memory(tensors_, kUnitEvents);
       memory.saved_category = MemoryCategory::kRecompute;
       saved = BlockRecompute(shape_, saved, memory);
       op.alloc_at_start = std::move(memory.events);
@@ -49,7 +49,7 @@ void ProgramBuilder::Backward(int mb) {
     op.name = "backward " + UnitName(u) + MbSuffix(mb);
     FillBackwardWork(u, op.work);
     op.deps = {gathered, recompute, previous, throttle};
-    MemoryScript memory(tensors_);
+    MemoryScript memory(tensors_, kUnitEvents);
     // The unsharded gradient in the compute dtype exists from the backward
     // that first writes it (a tied embedding's from the head's) to its
     // reduction.

@@ -41,6 +41,9 @@ class ProgramBuilder {
   int Add(StepOp op);  // assigns the id, tidies deps; returns the id
   std::string UnitName(int u) const;
   static std::string MbSuffix(int mb) { return " mb " + std::to_string(mb); }
+  // Memory events of one unit's forward, recompute or backward: at most 75
+  // on a GPU (a checkpointed block's forward, the head's chunked loss).
+  static constexpr size_t kUnitEvents = 80;
 
   // --- program_forward.cc ---
   void Forward(int mb);

@@ -138,7 +138,7 @@ void ProgramBuilder::Forward(int mb) {
     op.name = "forward " + UnitName(u) + MbSuffix(mb);
     FillForwardWork(u, op.work);
     op.deps = {GathersParams() ? gather_fwd_[u] : -1, u > 0 ? last_forward_[u - 1] : -1};
-    MemoryScript memory(tensors_);
+    MemoryScript memory(tensors_, kUnitEvents);
     switch (U(u).kind) {
       case UnitKind::kEmbedding: saved_[{u, mb}] = EmbeddingForward(shape_, memory); break;
       case UnitKind::kBlock: saved_[{u, mb}] = BlockForward(shape_, /*keep_graph=*/!Recomputed(u), memory); break;
