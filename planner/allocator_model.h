@@ -224,13 +224,32 @@ class CachingAllocatorModel {
       const iterator it = lower_bound(k);
       if (it != keys_.end() && !(k < *it)) keys_.erase(it);
     }
+    // The key equal to k, or end().
+    iterator find(const FreeKey& k) {
+      const iterator it = lower_bound(k);
+      return it != keys_.end() && !(k < *it) ? it : keys_.end();
+    }
+    // erase(it) then insert(k), moving only the keys between the two places
+    // (a split block's tail sorts just below it, a merged block above its parts).
+    void replace(iterator it, const FreeKey& k) {
+      if (k < *it) {
+        const iterator to = std::lower_bound(keys_.begin(), it, k);
+        std::move_backward(to, it, it + 1);
+        *to = k;
+      } else {
+        const iterator to = std::lower_bound(it + 1, keys_.end(), k);
+        std::move(it + 1, to, it);
+        *(to - 1) = k;
+      }
+    }
 
    private:
     std::vector<FreeKey> keys_;
   };
   FreeBlocks& PoolOf(Pool pool) { return pool == Pool::kSmall ? small_free_ : large_free_; }
   FreeKey KeyOf(int b) const;
-  int FindFreeBlock(int64_t size, int stream, Pool pool);
+  // The pool's smallest block of `stream` with size >= `size`, or end().
+  FreeBlocks::iterator FindFreeBlock(int64_t size, int stream, Pool pool);
   int AllocateSegment(int64_t segment_size, int stream, Pool pool);
   void ReturnToPool(int b);
   void ProcessCompletedEvents();
