@@ -17,11 +17,7 @@ constexpr int kSteps = 2;
 class Replay {
  public:
   Replay(const Plan& plan, const StepProgram& program, double capacity)
-      : plan_(plan), program_(program), model_(CachingAllocatorModel::Options{capacity}) {
-    for (const StepOp& op : program.ops)
-      for (const auto* deltas : {&op.alloc_at_start, &op.free_at_end})
-        for (const MemoryDelta& d : *deltas) tensor_ids_ = std::max(tensor_ids_, d.tensor + 1);
-  }
+      : plan_(plan), program_(program), model_(CachingAllocatorModel::Options{capacity}) {}
 
   ReservedMemory Run() {
     StartUp();
@@ -93,15 +89,17 @@ class Replay {
     for (int64_t mb = 0; mb < plan_.grad_accum; ++mb)
       tokens.push_back(Alloc(static_cast<double>(plan_.micro_batch * (plan_.seq_len + 1)) * 8));
     const int64_t loss = Alloc(4);
-    handle_.assign(tensor_ids_, -1);  // tensor id -> allocator handle
+    handle_.assign(handle_.size(), -1);  // tensor id -> allocator handle (grows as ids are met)
+    live_ = 0;
     bool workspaces = !first;
     if (reserved_after != nullptr) reserved_after->assign(program_.ops.size(), 0);
     // Micro-batches repeat one pattern: from the second on, the allocator
     // starts each in the state the one before left, so those between the
     // second and the last make no new segments. They are skipped but for
     // their frees of what the kept ones allocated (a reduce-scatter's
-    // temporaries straddle micro-batches); it saves most of the replay when
-    // the step accumulates many.
+    // temporaries straddle micro-batches); once none of those is live, a
+    // skipped op is not even read. It saves most of the replay when the
+    // step accumulates many.
     auto repeats = [&](const StepOp& op) {
       return op.micro_batch >= 2 && op.micro_batch < plan_.grad_accum - 1;
     };
@@ -114,6 +112,10 @@ class Replay {
         Alloc(program_.persistent.workspaces / 2);
         workspaces = true;
       }
+      if (skipped && live_ == 0) {  // nothing it frees was allocated
+        if (reserved_after != nullptr) (*reserved_after)[op.id] = model_.reserved_bytes();
+        continue;
+      }
       auto apply = [&](const std::vector<MemoryDelta>& deltas) {
         for (const MemoryDelta& d : deltas) {
           if (d.tensor < 0) continue;  // parameter offload's staging: not run by the executor
@@ -121,12 +123,17 @@ class Replay {
             if (skipped) continue;
             // A buffer still materialised from start-up is what the first gather finds.
             int64_t& kept = op.kind == OpKind::kAllGather ? materialized_.at(op.unit) : no_handle_;
+            if (d.tensor >= static_cast<int>(handle_.size())) handle_.resize(d.tensor + 1, -1);
             handle_[d.tensor] = kept >= 0 ? kept : Alloc(d.bytes);
+            live_ += handle_[d.tensor] >= 0;
             kept = -1;
             continue;
           }
-          Free(handle_[d.tensor]);  // no-op for a tensor a skipped op would have made
+          // Nothing to do for a tensor a skipped op would have made.
+          if (d.tensor >= static_cast<int>(handle_.size()) || handle_[d.tensor] < 0) continue;
+          Free(handle_[d.tensor]);
           handle_[d.tensor] = -1;
+          --live_;
         }
       };
       apply(op.alloc_at_start);
@@ -141,8 +148,8 @@ class Replay {
   const StepProgram& program_;
   CachingAllocatorModel model_;
   std::vector<int64_t> materialized_;  // per unit: a compute buffer still held from start-up (-1: none)
-  int tensor_ids_ = 0;                 // tensor ids run from 0 to this (exclusive)
   std::vector<int64_t> handle_;        // tensor id -> the allocator's handle (-1: not allocated)
+  int live_ = 0;                       // entries of handle_ that are not -1
   int64_t no_handle_ = -1;
 };
 
