@@ -156,7 +156,9 @@ Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile
 Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate) {
   StepProgram program = BuildEvaluatedProgram(plan, profile, evaluate);
   CostModel cost(profile);
-  SimulationResult sim = Simulate(program, cost);
+  SimulationOptions options;
+  options.track_memory = false;  // the Estimate's memory comes from ReplayMemory
+  SimulationResult sim = Simulate(program, cost, options);
   const MemoryTimeline memory = ReplayMemory(program);
   const ReservedMemory reserved = ReplayAllocatorIfItCanFit(plan, profile, program, memory);
   return EstimateFromSimulation(plan, profile, program, sim, memory, reserved);

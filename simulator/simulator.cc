@@ -79,8 +79,9 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
     }
   };
 
+  const bool track_memory = options.track_memory || options.record_timeline;
   auto apply = [&](const std::vector<MemoryDelta>& deltas) {
-    if (deltas.empty()) return;
+    if (deltas.empty() || !track_memory) return;
     for (const auto& d : deltas) {
       current[static_cast<int>(d.category)] += d.bytes;
       in_use += d.bytes;

@@ -94,8 +94,11 @@ BENCHMARK(BM_Part_BuildStepProgram)->Unit(benchmark::kMillisecond);
 void BM_Part_Simulate(benchmark::State& state) {
   const SearchPlansOf70b& s = Plans70b();
   const CostModel cost(s.profile);
+  SimulationOptions options;
+  options.track_memory = false;  // as EvaluatePlan
   for (auto _ : state)
-    for (const StepProgram& program : s.programs) benchmark::DoNotOptimize(Simulate(program, cost).step_seconds);
+    for (const StepProgram& program : s.programs)
+      benchmark::DoNotOptimize(Simulate(program, cost, options).step_seconds);
 }
 BENCHMARK(BM_Part_Simulate)->Unit(benchmark::kMillisecond);
 
