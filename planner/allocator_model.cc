@@ -322,4 +322,35 @@ std::vector<CachingAllocatorModel::SegmentInfo> CachingAllocatorModel::Segments(
   return held;
 }
 
+std::vector<CachingAllocatorModel::BlockInfo> CachingAllocatorModel::Blocks() const {
+  // Each segment's first block, then the chain of its neighbours.
+  std::vector<int> first(segments_.size(), -1);
+  for (size_t b = 0; b < blocks_.size(); ++b)
+    if (blocks_[b].live && blocks_[b].prev < 0) first[blocks_[b].segment] = static_cast<int>(b);
+  std::vector<BlockInfo> out;
+  for (size_t i = 0; i < segments_.size(); ++i) {  // index order is address order
+    if (!segments_[i].held) continue;
+    for (int b = first[i]; b >= 0; b = blocks_[b].next) {
+      const Block& blk = blocks_[b];
+      BlockInfo info;
+      info.address = blk.address;
+      info.size = blk.size;
+      info.allocated = blk.allocated;
+      info.handle = blk.allocated ? b : -1;
+      info.pending = blk.pending_events > 0;
+      info.starts_segment = blk.prev < 0;
+      info.stream = blk.stream;
+      info.pool = blk.pool;
+      out.push_back(info);
+    }
+  }
+  return out;
+}
+
+bool CachingAllocatorModel::events_outstanding() const {
+  for (const auto& [stream, ev] : events_)
+    if (!ev.outstanding.empty()) return true;
+  return false;
+}
+
 }  // namespace llmplan

@@ -160,6 +160,25 @@ class CachingAllocatorModel {
   // Every segment held, in address order.
   std::vector<SegmentInfo> Segments() const;
 
+  // One block of a held segment, as torch.cuda.memory_snapshot() lists it.
+  struct BlockInfo {
+    int64_t address = 0, size = 0;
+    int64_t handle = -1;          // Malloc's handle for it (allocated blocks)
+    bool allocated = false;
+    bool pending = false;         // freed, waiting for other streams' events
+    bool starts_segment = false;  // the first block of its segment
+    int stream = 0;
+    Pool pool = Pool::kSmall;
+    bool operator==(const BlockInfo&) const = default;
+  };
+  // Every block of every held segment, in address order. Two models whose
+  // lists agree but for the handles, with no events outstanding and no
+  // retry yet, answer every later call alike (the handles they return
+  // aside): the blocks decide each best fit, split, merge and new segment.
+  std::vector<BlockInfo> Blocks() const;
+  // Events recorded and not yet processed (RecordStream's frees).
+  bool events_outstanding() const;
+
  private:
   // A piece of a segment: allocated, pending (freed, waiting for events of
   // other streams) or free (in its pool). Blocks live in blocks_, addressed by
