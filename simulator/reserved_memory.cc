@@ -126,8 +126,8 @@ class Replay {
   // first left: where it reaches a state the first passed through at the
   // same op, it would repeat the first's rest exactly (the same calls on
   // the same blocks): no new segment, no retry, no new peak, the same
-  // reserved bytes after each op. It stops there. Most plans get there
-  // early in the step (70B on 64 GPUs: a third of the way in).
+  // reserved bytes after each op. It stops there (the 70B search on 64
+  // GPUs: 34 of its 37 second steps, two thirds of the way in on average).
   void Step(int step, std::vector<double>* reserved_after) {
     const bool first = step == 0;
     std::vector<int64_t> tokens;
