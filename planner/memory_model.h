@@ -20,6 +20,7 @@
 // plain attention of LibTorch 1.13 (materialised scores and probabilities).
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "planner/model_spec.h"
@@ -55,6 +56,7 @@ class MemoryScript {
   int Alloc(MemoryCategory category, double bytes);  // returns the tensor's id; 0 bytes: no event, id -1
   void Free(int id);                                 // no-op for id -1
   void FreeAll(std::vector<int>& ids);               // in reverse order (as C++ destroys temporaries), then clears
+  void FreeAll(std::span<const int> ids);            // in reverse order
   std::vector<MemoryDelta> events;
   // What saved activations are counted as (kRecompute in a recompute op).
   MemoryCategory saved_category = MemoryCategory::kActivations;
