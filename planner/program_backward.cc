@@ -25,7 +25,7 @@ void ProgramBuilder::Backward(int mb) {
       op.stream = StreamKind::kCompute;
       op.unit = u;
       op.micro_batch = mb;
-      op.name = "recompute " + UnitName(u) + MbSuffix(mb);
+      op.name = OpName("recompute", u, mb);
       FillForwardWork(u, op.work);
       op.deps = {gathered, previous};
       MemoryScript memory(tensors_, kUnitEvents);
@@ -46,7 +46,7 @@ void ProgramBuilder::Backward(int mb) {
     op.stream = StreamKind::kCompute;
     op.unit = u;
     op.micro_batch = mb;
-    op.name = "backward " + UnitName(u) + MbSuffix(mb);
+    op.name = OpName("backward", u, mb);
     FillBackwardWork(u, op.work);
     op.deps = {gathered, recompute, previous, throttle};
     MemoryScript memory(tensors_, kUnitEvents);
@@ -92,7 +92,7 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
     op.stream = StreamKind::kCompute;
     op.unit = u;
     op.micro_batch = mb;
-    op.name = "reduce-local " + UnitName(u) + MbSuffix(mb);
+    op.name = OpName("reduce-local", u, mb);
     op.deps = {bwd};
     // Read the compute-dtype gradient, read and write the fp32 one.
     op.work.elementwise_bytes = Padded(u) * (ParamBytes() + 8);
@@ -113,7 +113,7 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
   rs.group = CommGroup::kShard;
   rs.unit = u;
   rs.micro_batch = mb;
-  rs.name = "reduce-scatter " + UnitName(u) + MbSuffix(mb);
+  rs.name = OpName("reduce-scatter", u, mb);
   rs.deps = {bwd};
   rs.work.collective = CollectiveOp::kReduceScatter;
   rs.work.collective_bytes = ReduceBytes() * Padded(u);
@@ -137,7 +137,7 @@ void ProgramBuilder::AccumulateThrough(int rs_id) {
     op.stream = StreamKind::kCompute;
     op.unit = s.unit;
     op.micro_batch = s.mb;
-    op.name = "accumulate " + UnitName(s.unit) + MbSuffix(s.mb);
+    op.name = OpName("accumulate", s.unit, s.mb);
     op.deps = {s.rs};
     // Read the reduced shard, read and write the fp32 gradient shard.
     op.work.elementwise_bytes = Padded(s.unit) / G() * (ReduceBytes() + 8);
@@ -160,7 +160,7 @@ void ProgramBuilder::AfterReduction(int u, int mb, int reduced, bool last_mb) {
     ar.group = CommGroup::kReplica;
     ar.unit = u;
     ar.micro_batch = static_cast<int>(plan_.grad_accum) - 1;
-    ar.name = "all-reduce " + UnitName(u);
+    ar.name = OpName("all-reduce", u);
     ar.deps = {reduced};
     ar.work.collective = CollectiveOp::kAllReduce;
     ar.work.collective_bytes = 4 * Padded(u) / G();

@@ -3,6 +3,7 @@
 #include "planner/program_builder.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include <nlohmann/json.hpp>
 
@@ -107,13 +108,29 @@ StepProgram ProgramBuilder::Build() {
   return std::move(p_);
 }
 
-std::string ProgramBuilder::UnitName(int u) const {
+std::string ProgramBuilder::OpName(std::string_view what, int u, int mb, bool backward) const {
+  if (!op_names_) return {};
+  // Into a buffer, then one string: to_string and operator+ cost ~600
+  // instructions a name.
+  char buffer[96];
+  char* end = buffer;
+  auto put = [&](std::string_view text) {
+    const size_t n = std::min(text.size(), static_cast<size_t>(buffer + sizeof buffer - end));
+    end = std::copy_n(text.data(), n, end);
+  };
+  auto put_int = [&](int value) { end = std::to_chars(end, buffer + sizeof buffer, value).ptr; };
+  put(what);
   switch (U(u).kind) {
-    case UnitKind::kEmbedding: return "embed";
-    case UnitKind::kHead: return "head";
-    case UnitKind::kBlock: return "block " + std::to_string(U(u).layer);
+    case UnitKind::kEmbedding: put(" embed"); break;
+    case UnitKind::kHead: put(" head"); break;
+    case UnitKind::kBlock: put(" block "); put_int(U(u).layer); break;
   }
-  return "?";
+  if (backward) put(" bwd");
+  if (mb >= 0) {
+    put(" mb ");
+    put_int(mb);
+  }
+  return std::string(buffer, end);
 }
 
 bool ProgramBuilder::KeepsParamsThroughBackward(int u) const {
@@ -216,8 +233,8 @@ int ProgramBuilder::Add(StepOp op) {
   return p_.ops.back().id;
 }
 
-StepProgram BuildStepProgram(const Plan& plan, const HardwareProfile& profile) {
-  StepProgram program = ProgramBuilder(plan, profile).Build();
+StepProgram BuildStepProgram(const Plan& plan, const HardwareProfile& profile, bool op_names) {
+  StepProgram program = ProgramBuilder(plan, profile, op_names).Build();
   ToIssueOrder(program);
   return program;
 }

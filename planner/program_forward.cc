@@ -57,7 +57,7 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
     copy.stream = StreamKind::kHostToDevice;
     copy.unit = u;
     copy.micro_batch = mb;
-    copy.name = "h2d params " + UnitName(u) + (backward ? " bwd" : "") + MbSuffix(mb);
+    copy.name = OpName("h2d params", u, mb, backward);
     copy.work.copy_bytes = bytes / G();
     copy.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, bytes / G()});
     copy.deps = deps;
@@ -69,7 +69,7 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
   op.group = CommGroup::kShard;
   op.unit = u;
   op.micro_batch = mb;
-  op.name = "all-gather " + UnitName(u) + (backward ? " bwd" : "") + MbSuffix(mb);
+  op.name = OpName("all-gather", u, mb, backward);
   op.deps = deps;
   op.work.collective = CollectiveOp::kAllGather;
   op.work.collective_bytes = bytes;
@@ -97,7 +97,7 @@ int ProgramBuilder::Release(int u, int mb, int after, bool backward) {
   op.stream = StreamKind::kCompute;
   op.unit = u;
   op.micro_batch = mb;
-  op.name = "release " + UnitName(u) + (backward ? " bwd" : "") + MbSuffix(mb);
+  op.name = OpName("release", u, mb, backward);
   op.deps = {after};
   MemoryScript memory(tensors_);
   memory.Free(gathered_[u]);
@@ -135,7 +135,7 @@ void ProgramBuilder::Forward(int mb) {
     op.stream = StreamKind::kCompute;
     op.unit = u;
     op.micro_batch = mb;
-    op.name = "forward " + UnitName(u) + MbSuffix(mb);
+    op.name = OpName("forward", u, mb);
     FillForwardWork(u, op.work);
     op.deps = {GathersParams() ? gather_fwd_[u] : -1, u > 0 ? last_forward_[u - 1] : -1};
     MemoryScript memory(tensors_, kUnitEvents);

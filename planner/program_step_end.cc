@@ -58,7 +58,7 @@ void ProgramBuilder::OptimizerStep() {
         in.kind = OpKind::kCopyToDevice;
         in.stream = StreamKind::kHostToDevice;
         in.unit = u;
-        in.name = "h2d master " + UnitName(u);
+        in.name = OpName("h2d master", u);
         // Not before backward is over: a master copied in earlier would sit
         // in its staging buffer through the activation peak.
         in.deps = {clip_};
@@ -70,7 +70,7 @@ void ProgramBuilder::OptimizerStep() {
       op.kind = OpKind::kOptimizerStep;
       op.stream = StreamKind::kCompute;
       op.unit = u;
-      op.name = "adamw " + UnitName(u);
+      op.name = OpName("adamw", u);
       op.deps = {clip_, master_in};
       // Fused AdamW reads param, grad, m, v (fp32) and writes param, m, v and
       // the bf16 compute copy: 30 bytes per parameter of HBM traffic.
@@ -82,7 +82,7 @@ void ProgramBuilder::OptimizerStep() {
         out.kind = OpKind::kCopyToHost;
         out.stream = StreamKind::kDeviceToHost;
         out.unit = u;
-        out.name = "d2h master " + UnitName(u);
+        out.name = OpName("d2h master", u);
         out.deps = {step};
         out.work.copy_bytes = 4 * shard;
         out.free_at_end.push_back({MemoryCategory::kOffloadStaging, -4 * shard});
@@ -101,7 +101,7 @@ void ProgramBuilder::OptimizerStep() {
     copy.kind = OpKind::kCopyToHost;
     copy.stream = StreamKind::kDeviceToHost;
     copy.unit = u;
-    copy.name = "d2h grads " + UnitName(u);
+    copy.name = OpName("d2h grads", u);
     copy.deps = {clip_};
     copy.work.copy_bytes = 4 * Padded(u) / G();
     grads_on_host[u] = Add(std::move(copy));
@@ -112,7 +112,7 @@ void ProgramBuilder::OptimizerStep() {
     cpu.kind = OpKind::kCpuOptimizerStep;
     cpu.stream = StreamKind::kCpu;
     cpu.unit = u;
-    cpu.name = "cpu adamw " + UnitName(u);
+    cpu.name = OpName("cpu adamw", u);
     cpu.deps = {grads_on_host[u], clip_};
     cpu.work.cpu_adam_params = shard;
     cpu.work.host_sharers = plan_.GpusOnNode();
@@ -124,7 +124,7 @@ void ProgramBuilder::OptimizerStep() {
       back.kind = OpKind::kCopyToDevice;
       back.stream = StreamKind::kHostToDevice;
       back.unit = u;
-      back.name = "h2d params " + UnitName(u);
+      back.name = OpName("h2d params", u);
       back.deps = {step};
       back.work.copy_bytes = ParamBytes() * shard;
       Add(std::move(back));

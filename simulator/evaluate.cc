@@ -133,8 +133,9 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
   return e;
 }
 
-StepProgram BuildEvaluatedProgram(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate) {
-  StepProgram program = BuildStepProgram(plan, profile);
+StepProgram BuildEvaluatedProgram(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate,
+                                  bool op_names) {
+  StepProgram program = BuildStepProgram(plan, profile, op_names);
   if (evaluate.ckpt_async) program.host.checkpoint_staging = CheckpointStagingBytesPerGpu(plan, program);
   return program;
 }
@@ -154,7 +155,8 @@ Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile
 }
 
 Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate) {
-  StepProgram program = BuildEvaluatedProgram(plan, profile, evaluate);
+  // Only the Estimate leaves: no op is named.
+  StepProgram program = BuildEvaluatedProgram(plan, profile, evaluate, /*op_names=*/false);
   CostModel cost(profile);
   SimulationOptions options;
   options.track_memory = false;  // the Estimate's memory comes from ReplayMemory

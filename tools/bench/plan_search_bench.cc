@@ -73,7 +73,7 @@ struct SearchPlansOf70b {
       return EvaluatePlan(p, profile);
     });
     for (const Plan& p : plans) {
-      programs.push_back(BuildStepProgram(p, profile));
+      programs.push_back(BuildStepProgram(p, profile, /*op_names=*/false));  // as EvaluatePlan
       memories.push_back(ReplayMemory(programs.back()));
     }
   }
@@ -86,7 +86,7 @@ const SearchPlansOf70b& Plans70b() {
 void BM_Part_BuildStepProgram(benchmark::State& state) {
   const SearchPlansOf70b& s = Plans70b();
   for (auto _ : state)
-    for (const Plan& p : s.plans) benchmark::DoNotOptimize(BuildStepProgram(p, s.profile).ops.size());
+    for (const Plan& p : s.plans) benchmark::DoNotOptimize(BuildStepProgram(p, s.profile, /*op_names=*/false).ops.size());
   state.counters["plans"] = static_cast<double>(s.plans.size());
 }
 BENCHMARK(BM_Part_BuildStepProgram)->Unit(benchmark::kMillisecond);
