@@ -102,7 +102,7 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
     memory.Free(compute_grad_[u]);
     compute_grad_[u] = -1;
     op.alloc_at_start = std::move(memory.events);
-    AfterReduction(u, mb, Add(std::move(op)), last_mb);
+    AfterReduction(u, Add(std::move(op)), last_mb);
     return;
   }
   // The reduce-dtype copy made at the end of the backward is scattered into a
@@ -146,11 +146,11 @@ void ProgramBuilder::AccumulateThrough(int rs_id) {
     MemoryScript memory(tensors_);
     for (int t : s.temporaries) memory.Free(t);
     op.alloc_at_start = std::move(memory.events);
-    AfterReduction(s.unit, s.mb, Add(std::move(op)), s.last_mb);
+    AfterReduction(s.unit, Add(std::move(op)), s.last_mb);
   }
 }
 
-void ProgramBuilder::AfterReduction(int u, int mb, int reduced, bool last_mb) {
+void ProgramBuilder::AfterReduction(int u, int reduced, bool last_mb) {
   if (last_mb && R() > 1) {
     // Across replica groups, once per step (DDP's no_sync for earlier
     // micro-batches); the shard was pre-scaled by 1/R, so the sum is the mean.

@@ -65,10 +65,10 @@ class ProgramBuilder {
   // Accumulates the reduced shards of the pending reduce-scatters issued up
   // to and including `rs_id`, in issue order.
   void AccumulateThrough(int rs_id);
-  // Unit u's micro-batch mb is reduced into its fp32 gradient by op
-  // `reduced`: what follows across replicas (last micro-batch) and towards
-  // the host (parameter offload).
-  void AfterReduction(int u, int mb, int reduced, bool last_mb);
+  // A micro-batch's gradient of unit u is reduced into its fp32 gradient by
+  // op `reduced`: what follows across replicas (`last_mb`: the step's last
+  // micro-batch) and towards the host (parameter offload).
+  void AfterReduction(int u, int reduced, bool last_mb);
 
   // --- program_step_end.cc ---
   void ClipGradients();
