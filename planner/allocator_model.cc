@@ -73,13 +73,10 @@ CachingAllocatorModel::FreeKey CachingAllocatorModel::KeyOf(int b) const {
 
 // get_free_block: lower_bound of (stream, size) in the pool is the smallest
 // block of this stream that fits, the lowest-addressed one among equals.
-int CachingAllocatorModel::FindFreeBlock(int64_t size, int stream, Pool pool) {
+CachingAllocatorModel::FreeBlocks::iterator CachingAllocatorModel::FindFreeBlock(int64_t size, int stream, Pool pool) {
   FreeBlocks& free_blocks = PoolOf(pool);
   auto it = free_blocks.lower_bound(FreeKey{size, std::numeric_limits<int64_t>::min(), stream, -1});
-  if (it == free_blocks.end() || it->stream != stream) return -1;
-  const int b = it->block;
-  free_blocks.erase(it);
-  return b;
+  return it != free_blocks.end() && it->stream == stream ? it : free_blocks.end();
 }
 
 // alloc_block: one cudaMalloc, which fails when the device (or the
@@ -115,8 +112,14 @@ int64_t CachingAllocatorModel::Malloc(double bytes, int stream) {
 
   const int64_t size = RoundSize(static_cast<int64_t>(std::ceil(bytes)));
   const Pool pool = size <= kSmallSize ? Pool::kSmall : Pool::kLarge;
-  int b = FindFreeBlock(size, stream, pool);
-  if (b < 0) {
+  FreeBlocks& free_blocks = PoolOf(pool);
+  // The cached block it takes stays in the pool until it is known whether
+  // its tail goes back there (then the tail's key replaces the block's).
+  // (`cached` is valid only when from_pool: a retry below changes the pool).
+  FreeBlocks::iterator cached = FindFreeBlock(size, stream, pool);
+  const bool from_pool = cached != free_blocks.end();
+  int b = from_pool ? cached->block : -1;
+  if (!from_pool) {
     const int64_t segment_size = SegmentSizeFor(size);
     b = AllocateSegment(segment_size, stream, pool);
     if (b < 0) {
@@ -153,7 +156,10 @@ int64_t CachingAllocatorModel::Malloc(double bytes, int stream) {
     if (tail.next >= 0) blocks_[tail.next].prev = rest;
     head.next = rest;
     head.size = size;
-    PoolOf(pool).insert(KeyOf(rest));
+    if (from_pool) free_blocks.replace(cached, KeyOf(rest));
+    else free_blocks.insert(KeyOf(rest));
+  } else if (from_pool) {
+    free_blocks.erase(cached);
   }
 
   Block& blk = blocks_[b];
@@ -217,9 +223,17 @@ void CachingAllocatorModel::ReturnToPool(int b) {
   FreeBlocks& free_blocks = PoolOf(blocks_[b].pool);
   auto is_free = [&](int n) { return n >= 0 && !blocks_[n].allocated && blocks_[n].pending_events == 0; };
 
-  const int prev = blocks_[b].prev;
-  if (is_free(prev)) {
-    free_blocks.erase(KeyOf(prev));
+  const int prev = blocks_[b].prev, next = blocks_[b].next;
+  const bool merge_prev = is_free(prev), merge_next = is_free(next);
+  // The merged block's key takes the place of a neighbour's (replace moves
+  // only the keys between the two), or is inserted when neither was free.
+  FreeBlocks::iterator absorbed = free_blocks.end();
+  if (merge_next) {
+    if (merge_prev) free_blocks.erase(KeyOf(next));
+    else absorbed = free_blocks.find(KeyOf(next));
+  }
+  if (merge_prev) absorbed = free_blocks.find(KeyOf(prev));
+  if (merge_prev) {
     Block& blk = blocks_[b];
     blk.address = blocks_[prev].address;
     blk.size += blocks_[prev].size;
@@ -227,16 +241,15 @@ void CachingAllocatorModel::ReturnToPool(int b) {
     if (blk.prev >= 0) blocks_[blk.prev].next = b;
     DropBlock(prev);
   }
-  const int next = blocks_[b].next;
-  if (is_free(next)) {
-    free_blocks.erase(KeyOf(next));
+  if (merge_next) {
     Block& blk = blocks_[b];
     blk.size += blocks_[next].size;
     blk.next = blocks_[next].next;
     if (blk.next >= 0) blocks_[blk.next].prev = b;
     DropBlock(next);
   }
-  free_blocks.insert(KeyOf(b));
+  if (absorbed != free_blocks.end()) free_blocks.replace(absorbed, KeyOf(b));
+  else free_blocks.insert(KeyOf(b));
 }
 
 // process_events, at the start of every Malloc: each stream's events complete
@@ -307,6 +320,37 @@ std::vector<CachingAllocatorModel::SegmentInfo> CachingAllocatorModel::Segments(
   }
   // Segments are created at increasing addresses, so index order is address order.
   return held;
+}
+
+std::vector<CachingAllocatorModel::BlockInfo> CachingAllocatorModel::Blocks() const {
+  // Each segment's first block, then the chain of its neighbours.
+  std::vector<int> first(segments_.size(), -1);
+  for (size_t b = 0; b < blocks_.size(); ++b)
+    if (blocks_[b].live && blocks_[b].prev < 0) first[blocks_[b].segment] = static_cast<int>(b);
+  std::vector<BlockInfo> out;
+  for (size_t i = 0; i < segments_.size(); ++i) {  // index order is address order
+    if (!segments_[i].held) continue;
+    for (int b = first[i]; b >= 0; b = blocks_[b].next) {
+      const Block& blk = blocks_[b];
+      BlockInfo info;
+      info.address = blk.address;
+      info.size = blk.size;
+      info.allocated = blk.allocated;
+      info.handle = blk.allocated ? b : -1;
+      info.pending = blk.pending_events > 0;
+      info.starts_segment = blk.prev < 0;
+      info.stream = blk.stream;
+      info.pool = blk.pool;
+      out.push_back(info);
+    }
+  }
+  return out;
+}
+
+bool CachingAllocatorModel::events_outstanding() const {
+  for (const auto& [stream, ev] : events_)
+    if (!ev.outstanding.empty()) return true;
+  return false;
 }
 
 }  // namespace llmplan

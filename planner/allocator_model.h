@@ -160,6 +160,25 @@ class CachingAllocatorModel {
   // Every segment held, in address order.
   std::vector<SegmentInfo> Segments() const;
 
+  // One block of a held segment, as torch.cuda.memory_snapshot() lists it.
+  struct BlockInfo {
+    int64_t address = 0, size = 0;
+    int64_t handle = -1;          // Malloc's handle for it (allocated blocks)
+    bool allocated = false;
+    bool pending = false;         // freed, waiting for other streams' events
+    bool starts_segment = false;  // the first block of its segment
+    int stream = 0;
+    Pool pool = Pool::kSmall;
+    bool operator==(const BlockInfo&) const = default;
+  };
+  // Every block of every held segment, in address order. Two models whose
+  // lists agree but for the handles, with no events outstanding and no
+  // retry yet, answer every later call alike (the handles they return
+  // aside): the blocks decide each best fit, split, merge and new segment.
+  std::vector<BlockInfo> Blocks() const;
+  // Events recorded and not yet processed (RecordStream's frees).
+  bool events_outstanding() const;
+
  private:
   // A piece of a segment: allocated, pending (freed, waiting for events of
   // other streams) or free (in its pool). Blocks live in blocks_, addressed by
@@ -224,13 +243,32 @@ class CachingAllocatorModel {
       const iterator it = lower_bound(k);
       if (it != keys_.end() && !(k < *it)) keys_.erase(it);
     }
+    // The key equal to k, or end().
+    iterator find(const FreeKey& k) {
+      const iterator it = lower_bound(k);
+      return it != keys_.end() && !(k < *it) ? it : keys_.end();
+    }
+    // erase(it) then insert(k), moving only the keys between the two places
+    // (a split block's tail sorts just below it, a merged block above its parts).
+    void replace(iterator it, const FreeKey& k) {
+      if (k < *it) {
+        const iterator to = std::lower_bound(keys_.begin(), it, k);
+        std::move_backward(to, it, it + 1);
+        *to = k;
+      } else {
+        const iterator to = std::lower_bound(it + 1, keys_.end(), k);
+        std::move(it + 1, to, it);
+        *(to - 1) = k;
+      }
+    }
 
    private:
     std::vector<FreeKey> keys_;
   };
   FreeBlocks& PoolOf(Pool pool) { return pool == Pool::kSmall ? small_free_ : large_free_; }
   FreeKey KeyOf(int b) const;
-  int FindFreeBlock(int64_t size, int stream, Pool pool);
+  // The pool's smallest block of `stream` with size >= `size`, or end().
+  FreeBlocks::iterator FindFreeBlock(int64_t size, int stream, Pool pool);
   int AllocateSegment(int64_t segment_size, int stream, Pool pool);
   void ReturnToPool(int b);
   void ProcessCompletedEvents();

@@ -3,6 +3,7 @@
 #include "planner/memory_model.h"
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 
 namespace llmplan {
@@ -35,8 +36,12 @@ void MemoryScript::Free(int id) {
 }
 
 void MemoryScript::FreeAll(std::vector<int>& ids) {
-  for (auto it = ids.rbegin(); it != ids.rend(); ++it) Free(*it);
+  FreeAll(std::span<const int>(ids));
   ids.clear();
+}
+
+void MemoryScript::FreeAll(std::span<const int> ids) {
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it) Free(*it);
 }
 
 ActivationShape ShapeOf(const ModelSpec& m, int64_t micro_batch, int64_t seq_len, int compute_bytes,
@@ -85,7 +90,7 @@ int RmsNorm(const Sizes& z, bool keep_graph, MemoryScript& s, std::vector<int>& 
   // at::Tensor xf = x.to(at::kFloat);   (x itself when already fp32)
   const int xf = z.fp32 ? -1 : s.Alloc(kSaved, z.F);
   // at::Tensor inv_rms = at::rsqrt(xf.pow(2).mean(-1, true) + eps);
-  std::vector<int> temps = {s.Alloc(kTemp, z.F), s.Alloc(kTemp, z.R), s.Alloc(kTemp, z.R)};
+  const std::array<int, 3> temps = {s.Alloc(kTemp, z.F), s.Alloc(kTemp, z.R), s.Alloc(kTemp, z.R)};
   const int inv = s.Alloc(kSaved, z.R);
   s.FreeAll(temps);
   // return weight * (xf * inv_rms).to(x.scalar_type());
@@ -185,8 +190,8 @@ BlockLocals BlockBody(const ActivationShape& a, const Sizes& z, bool keep_graph,
   // SwiGLU MLP: at::linear(at::silu(at::linear(mn, gate)) * at::linear(mn, up), down). All four
   // intermediates live to the end of the statement (and autograd keeps them).
   const int mn = RmsNorm(z, keep_graph, s, saved);
-  std::vector<int> mlp_temps = {s.Alloc(kSaved, z.I), s.Alloc(kSaved, z.I), s.Alloc(kSaved, z.I),
-                                s.Alloc(kSaved, z.I)};  // up, gate, silu, product
+  const std::array<int, 4> mlp_temps = {s.Alloc(kSaved, z.I), s.Alloc(kSaved, z.I), s.Alloc(kSaved, z.I),
+                                        s.Alloc(kSaved, z.I)};  // up, gate, silu, product
   b.mlp = s.Alloc(kTemp, z.H);
   if (keep_graph) {
     // The down projection's input (the product) last: its backward runs first.
@@ -210,6 +215,7 @@ SavedTensors EmbeddingForward(const ActivationShape& a, MemoryScript& s) {
 SavedTensors BlockForward(const ActivationShape& a, bool keep_graph, MemoryScript& s) {
   const Sizes z(a);
   SavedTensors out;
+  out.saved.reserve(24);  // 17 with fused attention, 21 with the plain one
   BlockLocals b = BlockBody(a, z, keep_graph, s, out.saved);
   out.output = s.Alloc(kSaved, z.H);  // return h + mlp;
   s.Free(b.mlp);                      // then the locals die: mlp, ..., h

@@ -20,6 +20,7 @@
 // plain attention of LibTorch 1.13 (materialised scores and probabilities).
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "planner/model_spec.h"
@@ -46,10 +47,16 @@ class TensorRegistry {
 // The ordered memory events of one op (its MemoryDelta list).
 class MemoryScript {
  public:
-  explicit MemoryScript(TensorRegistry& registry) : registry_(registry) {}
+  // `expected_events`: room reserved up front (a block's forward records
+  // 60-75 events; growing the list one doubling at a time was most of the
+  // program builder's allocations).
+  explicit MemoryScript(TensorRegistry& registry, size_t expected_events = 0) : registry_(registry) {
+    events.reserve(expected_events);
+  }
   int Alloc(MemoryCategory category, double bytes);  // returns the tensor's id; 0 bytes: no event, id -1
   void Free(int id);                                 // no-op for id -1
   void FreeAll(std::vector<int>& ids);               // in reverse order (as C++ destroys temporaries), then clears
+  void FreeAll(std::span<const int> ids);            // in reverse order
   std::vector<MemoryDelta> events;
   // What saved activations are counted as (kRecompute in a recompute op).
   MemoryCategory saved_category = MemoryCategory::kActivations;

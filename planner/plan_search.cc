@@ -128,6 +128,7 @@ struct Choice {
   int64_t grad_accum;
   Offload offload;
   bool replicate_edges = false;
+  size_t min_checkpointed = 0;  // FitCheckpoints' min_prefix
 };
 
 // Plan::Validate's conditions for replicate_edges: sharded blocks, and no
@@ -136,8 +137,11 @@ bool CanReplicateEdges(ShardingStrategy s, int group, Offload o) {
   return s != ShardingStrategy::kNoShard && group > 1 && o != Offload::kOptimizerAndParams;
 }
 
-// Edge-replicated variants tried per GPU count, from the best plans down.
+// Edge-replicated variants tried per GPU count, from the best plans down,
+// for models whose embedding and head hold at least this share of the
+// parameters.
 constexpr int kEdgeVariants = 3;
+constexpr double kEdgeMinShare = 0.05;
 
 // The largest micro-batch the search tries when none is pinned.
 constexpr int64_t kSearchMaxMicroBatch = 256;
@@ -265,32 +269,31 @@ class Searcher {
   // The cheapest-recompute checkpoint set that fits, judged by the evaluator:
   // the greedy order ranks blocks once (analytic peak), then a binary search
   // over its prefixes asks the simulator, which has the final word on memory.
-  Estimate FitCheckpoints(Plan plan) {
-    Estimate e = Evaluate(plan);
-    if (e.fits || req_.checkpoint_layers) return e;
-    if (e.memory.host_bytes > e.memory.host_capacity_bytes) return e;  // recompute cannot help the host
-    const int L = static_cast<int>(plan.model.layers);
-    const BlockActivationBytes act = BlockActivations(plan, profile_);
-    // Identical blocks cost the same to recompute; unit cost suffices to rank.
-    std::vector<LayerCheckpointCost> layers(L, {act.full, act.checkpointed, 1.0});
-    const double head = act.head;
-    auto cached = order_cache_.find(plan.micro_batch);
-    if (cached == order_cache_.end())
-      cached = order_cache_.emplace(plan.micro_batch, CheckpointOrder(layers, head, act.working, 0.0, {})).first;
-    const std::vector<int>& order = cached->second;
+  // `min_prefix`: a prefix of the checkpoint order shorter than this is known
+  // not to fit (a variant that needs more memory than a plan which needed
+  // min_prefix blocks), so the search starts there instead of at none.
+  Estimate FitCheckpoints(Plan plan, size_t min_prefix = 0) {
+    const bool pinned = req_.checkpoint_layers.has_value();
     auto with_prefix = [&](size_t k) {
+      const std::vector<int>& order = RankingFor(plan).order;
       Plan p = plan;
       p.checkpoint_layers.assign(order.begin(), order.begin() + static_cast<long>(k));
       std::sort(p.checkpoint_layers.begin(), p.checkpoint_layers.end());
       return p;
     };
+    Estimate e = Evaluate(min_prefix > 0 && !pinned ? with_prefix(min_prefix) : plan);
+    if (e.fits || pinned) return e;
+    if (e.memory.host_bytes > e.memory.host_capacity_bytes) return e;  // recompute cannot help the host
+    const Ranking& ranking = RankingFor(plan);
+    const std::vector<int>& order = ranking.order;
+    if (min_prefix >= order.size()) return e;
     // Each checkpointed block sheds (full - output) bytes: a first guess of
     // how many are needed, which the simulator and the allocator replay then
     // confirm or correct (usually two evaluations).
     double excess = e.memory.device_peak_bytes * (1 + e.memory.margin_fraction) - e.memory.capacity_bytes;
-    double shed = act.full - act.checkpointed;
-    size_t guess = std::min(order.size(), static_cast<size_t>(std::ceil(excess / std::max(shed, 1.0))));
-    size_t lo = 0, hi = order.size();  // prefix lo does not fit, prefix hi fits (once checked)
+    double shed = ranking.act.full - ranking.act.checkpointed;
+    size_t guess = std::min(order.size(), min_prefix + static_cast<size_t>(std::ceil(excess / std::max(shed, 1.0))));
+    size_t lo = min_prefix, hi = order.size();  // prefix lo does not fit, prefix hi fits (once checked)
     Estimate best;
     bool have_best = false;
     auto probe = [&](size_t k) {
@@ -305,10 +308,27 @@ class Searcher {
       if (k == order.size()) best = std::move(m);
       return false;
     };
-    if (guess > 0 && probe(guess) && guess > 1) probe(guess - 1);
-    if (!have_best && !probe(order.size())) return best;  // even every useful block is not enough
+    if (guess > lo && probe(guess) && guess - 1 > lo) probe(guess - 1);
+    // Even every useful block is not enough (already known when that was the guess).
+    if (!have_best && (guess == order.size() || !probe(order.size()))) return best;
     while (hi - lo > 1) probe((lo + hi) / 2);
     return best;
+  }
+
+  // The greedy checkpoint order of a plan's blocks (the same for every plan
+  // of one micro-batch) and the block activation sizes it was ranked by.
+  struct Ranking {
+    BlockActivationBytes act;
+    std::vector<int> order;
+  };
+  const Ranking& RankingFor(const Plan& plan) {
+    auto cached = ranking_cache_.find(plan.micro_batch);
+    if (cached != ranking_cache_.end()) return cached->second;
+    const BlockActivationBytes act = BlockActivations(plan, profile_);
+    // Identical blocks cost the same to recompute; unit cost suffices to rank.
+    std::vector<LayerCheckpointCost> layers(static_cast<size_t>(plan.model.layers), {act.full, act.checkpointed, 1.0});
+    return ranking_cache_.emplace(plan.micro_batch, Ranking{act, CheckpointOrder(layers, act.head, act.working, 0.0, {})})
+        .first->second;
   }
 
   struct AtCount {
@@ -368,7 +388,15 @@ class Searcher {
       if (static_cast<int>(variants.size()) == kEdgeVariants) break;
       const Plan& p = e.plan;
       if (!CanReplicateEdges(p.strategy, p.shard_group_size, p.offload)) continue;
-      variants.push_back({p.gpus, p.strategy, p.shard_group_size, p.micro_batch, p.grad_accum, p.offload, true});
+      if (!EdgesCouldBeat(e, out.feasible.front().tokens_per_second_per_gpu)) continue;
+      // Without optimizer offload, keeping the edges whole adds more device
+      // memory at every moment than it saves (their whole fp32 master,
+      // gradient and AdamW state, 18 bytes per parameter x (1 - 1/group),
+      // against a gathered copy and a reduce-scatter's buffers, at most
+      // 2 + 4 + 4/group): the variant needs at least as many checkpointed
+      // blocks as the plan. With the optimizer offloaded it may need fewer.
+      const size_t at_least = OffloadsOptimizer(p.offload) ? 0 : p.checkpoint_layers.size();
+      variants.push_back({p.gpus, p.strategy, p.shard_group_size, p.micro_batch, p.grad_accum, p.offload, true, at_least});
     }
     if (variants.empty()) return;
     AtCount extra = SearchChoices(variants);
@@ -407,6 +435,58 @@ class Searcher {
     return fitted.tokens_per_second_per_gpu * step / bound_step > best;
   }
 
+  // An upper bound on what keeping the edges whole can buy `e`: the edges'
+  // part of its collectives (their share of the parameters bounds their share
+  // of the gathered and reduced bytes) and the compute those collectives
+  // slow down, as if the all-reduce that replaces them were free. Whether
+  // that could make it faster than `best` tokens/s/GPU.
+  bool EdgesCouldBeat(const Estimate& e, double best) const {
+    const ModelSpec& m = e.plan.model;
+    const double edges = static_cast<double>(m.EmbeddingParams() + m.HeadParams() + m.FinalNormParams());
+    const double share = edges / static_cast<double>(m.TotalParams());
+    // The guides' regime is a large vocabulary next to the blocks. Under 5%
+    // of the parameters (Llama-3-70B: 3%, Llama-2-13B: 2.4%) the edges are
+    // too small a part of the collectives to pay for their whole state on
+    // every GPU, and the bounds below are too loose to say so: not tried.
+    if (share < kEdgeMinShare) return false;
+    double collectives = 0;
+    for (const auto& [stream, seconds] : e.time.stream_busy)
+      if (stream == StreamName(StreamKind::kGather) || stream == StreamName(StreamKind::kReduce)) collectives += seconds;
+    const double saving = share * collectives * (1 + profile_.compute_slowdown_during_collectives);
+    // And what it must pay, at least: the edges' whole state on every GPU,
+    // less what their gathered copies (2 bytes per parameter) and one unit's
+    // reduce-scatter buffers (4 + 4/G) held, beyond the plan's free memory
+    // is bought back by recomputing more blocks, each at least its share of
+    // the forward (its parameters' share of the GEMM FLOPs; attention only
+    // adds to a block's part; 0.9 for the memory-bound ops' share).
+    const Plan& p = e.plan;
+    const double g = p.shard_group_size;
+    const double state = OffloadsOptimizer(p.offload) ? 6 : OffloadsParams(p.offload) ? 14 : 18;
+    const double embed = static_cast<double>(m.EmbeddingParams());
+    const double head = edges - embed;
+    const double freed = (6 + 4 / g) * std::max(embed, head) + 2 * std::min(embed, head);
+    const double extra = std::max(0.0, state * (1 - 1 / g) * edges - freed);
+    const MemoryEstimate& mem = e.memory;
+    const double free = mem.capacity_bytes - mem.device_peak_bytes * (1 + mem.margin_fraction);
+    double recompute = 0;
+    if (extra > free) {
+      const BlockActivationBytes act = BlockActivations(p, profile_);
+      const double blocks = std::ceil((extra - free) / std::max(act.full - act.checkpointed, 1.0));
+      if (blocks > static_cast<double>(p.model.layers) - static_cast<double>(p.checkpoint_layers.size()))
+        return false;  // cannot fit even with every block checkpointed
+      double forward = 0;
+      for (const auto& [name, seconds] : e.time.breakdown)
+        if (name == "forward") forward = seconds;
+      const double block = static_cast<double>(m.ParamsPerBlock());
+      recompute = blocks * 0.9 * forward * block /
+                  (static_cast<double>(m.layers) * block + static_cast<double>(m.vocab * m.hidden));
+    }
+    const double step = e.time.step_seconds;
+    const double bound = step - saving + recompute;
+    if (!(bound > 0)) return true;
+    return e.tokens_per_second_per_gpu * step / bound > best;
+  }
+
   AtCount SearchChoices(const std::vector<Choice>& choices) {
     AtCount out;
     for (const Choice& c : choices) {
@@ -422,7 +502,7 @@ class Searcher {
       if (req_.checkpoint_layers) plan.checkpoint_layers = *req_.checkpoint_layers;
       if (gpus == 1 && c.strategy == ShardingStrategy::kHybridShard) continue;
       plan.Validate();
-      Estimate e = FitCheckpoints(plan);
+      Estimate e = FitCheckpoints(plan, c.min_checkpointed);
       // NVMe only where the host is what does not fit: it takes the AdamW
       // state (half the offloaded bytes) off the host and adds disk time.
       if (!e.fits && !req_.offload_to && OffloadsOptimizer(plan.offload) && HasNvmeRates(profile_) &&
@@ -456,7 +536,7 @@ class Searcher {
   const SearchRequest& req_;
   const HardwareProfile& profile_;
   const PlanEvaluator& eval_;
-  std::map<int64_t, std::vector<int>> order_cache_;  // greedy checkpoint order per micro-batch
+  std::map<int64_t, Ranking> ranking_cache_;  // per micro-batch
 };
 
 

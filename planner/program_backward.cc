@@ -25,14 +25,14 @@ void ProgramBuilder::Backward(int mb) {
       op.stream = StreamKind::kCompute;
       op.unit = u;
       op.micro_batch = mb;
-      op.name = "recompute " + UnitName(u) + MbSuffix(mb);
+      op.name = OpName("recompute", u, mb);
       FillForwardWork(u, op.work);
       op.deps = {gathered, previous};
-      MemoryScript memory(tensors_);
+      MemoryScript memory(tensors_, kUnitEvents);
       memory.saved_category = MemoryCategory::kRecompute;
       saved = BlockRecompute(shape_, saved, memory);
       op.alloc_at_start = std::move(memory.events);
-      recompute = Add(op);
+      recompute = Add(std::move(op));
     }
     // The backward waits for the reduce-scatter two before it, whose shard
     // is accumulated just before (the executor waits on it there).
@@ -46,10 +46,10 @@ void ProgramBuilder::Backward(int mb) {
     op.stream = StreamKind::kCompute;
     op.unit = u;
     op.micro_batch = mb;
-    op.name = "backward " + UnitName(u) + MbSuffix(mb);
+    op.name = OpName("backward", u, mb);
     FillBackwardWork(u, op.work);
     op.deps = {gathered, recompute, previous, throttle};
-    MemoryScript memory(tensors_);
+    MemoryScript memory(tensors_, kUnitEvents);
     // The unsharded gradient in the compute dtype exists from the backward
     // that first writes it (a tied embedding's from the head's) to its
     // reduction.
@@ -76,7 +76,7 @@ void ProgramBuilder::Backward(int mb) {
       compute_grad_[u] = -1;
     }
     op.alloc_at_start = std::move(memory.events);
-    const int bwd = Add(op);
+    const int bwd = Add(std::move(op));
     previous = bwd;
     if (gathered >= 0) Release(u, mb, bwd, true);
     ReduceGradients(u, mb, bwd, last_mb);
@@ -92,7 +92,7 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
     op.stream = StreamKind::kCompute;
     op.unit = u;
     op.micro_batch = mb;
-    op.name = "reduce-local " + UnitName(u) + MbSuffix(mb);
+    op.name = OpName("reduce-local", u, mb);
     op.deps = {bwd};
     // Read the compute-dtype gradient, read and write the fp32 one.
     op.work.elementwise_bytes = Padded(u) * (ParamBytes() + 8);
@@ -102,7 +102,7 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
     memory.Free(compute_grad_[u]);
     compute_grad_[u] = -1;
     op.alloc_at_start = std::move(memory.events);
-    AfterReduction(u, mb, Add(op), last_mb);
+    AfterReduction(u, Add(std::move(op)), last_mb);
     return;
   }
   // The reduce-dtype copy made at the end of the backward is scattered into a
@@ -113,7 +113,7 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
   rs.group = CommGroup::kShard;
   rs.unit = u;
   rs.micro_batch = mb;
-  rs.name = "reduce-scatter " + UnitName(u) + MbSuffix(mb);
+  rs.name = OpName("reduce-scatter", u, mb);
   rs.deps = {bwd};
   rs.work.collective = CollectiveOp::kReduceScatter;
   rs.work.collective_bytes = ReduceBytes() * Padded(u);
@@ -122,7 +122,7 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
   MemoryScript memory(tensors_);
   const int shard = memory.Alloc(MemoryCategory::kGradBuffers, ReduceBytes() * Padded(u) / G(u));
   rs.alloc_at_start = std::move(memory.events);
-  const int id = Add(rs);
+  const int id = Add(std::move(rs));
   reduce_scatters_.push_back(id);
   pending_shards_.push_back({id, u, mb, {reduce_input_[u], shard}, last_mb});
   reduce_input_[u] = -1;
@@ -137,7 +137,7 @@ void ProgramBuilder::AccumulateThrough(int rs_id) {
     op.stream = StreamKind::kCompute;
     op.unit = s.unit;
     op.micro_batch = s.mb;
-    op.name = "accumulate " + UnitName(s.unit) + MbSuffix(s.mb);
+    op.name = OpName("accumulate", s.unit, s.mb);
     op.deps = {s.rs};
     // Read the reduced shard, read and write the fp32 gradient shard.
     op.work.elementwise_bytes = Padded(s.unit) / G(s.unit) * (ReduceBytes() + 8);
@@ -146,11 +146,11 @@ void ProgramBuilder::AccumulateThrough(int rs_id) {
     MemoryScript memory(tensors_);
     for (int t : s.temporaries) memory.Free(t);
     op.alloc_at_start = std::move(memory.events);
-    AfterReduction(s.unit, s.mb, Add(op), s.last_mb);
+    AfterReduction(s.unit, Add(std::move(op)), s.last_mb);
   }
 }
 
-void ProgramBuilder::AfterReduction(int u, int mb, int reduced, bool last_mb) {
+void ProgramBuilder::AfterReduction(int u, int reduced, bool last_mb) {
   if (last_mb && R(u) > 1) {
     // Across replica groups, once per step (DDP's no_sync for earlier
     // micro-batches); the shard was pre-scaled by 1/R, so the sum is the mean.
@@ -160,13 +160,13 @@ void ProgramBuilder::AfterReduction(int u, int mb, int reduced, bool last_mb) {
     ar.group = ReplicaGroupOf(u);
     ar.unit = u;
     ar.micro_batch = static_cast<int>(plan_.grad_accum) - 1;
-    ar.name = "all-reduce " + UnitName(u);
+    ar.name = OpName("all-reduce", u);
     ar.deps = {reduced};
     ar.work.collective = CollectiveOp::kAllReduce;
     ar.work.collective_bytes = 4 * Padded(u) / G(u);
     ar.work.group_size = R(u);
     ar.work.spans_nodes = plan_.gpus > plan_.gpus_per_node;
-    reduced = Add(ar);
+    reduced = Add(std::move(ar));
   }
   if (last_mb) grad_final_[u] = reduced;
 }

@@ -3,6 +3,7 @@
 #include "planner/program_builder.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include <nlohmann/json.hpp>
 
@@ -109,13 +110,29 @@ StepProgram ProgramBuilder::Build() {
   return std::move(p_);
 }
 
-std::string ProgramBuilder::UnitName(int u) const {
+std::string ProgramBuilder::OpName(std::string_view what, int u, int mb, bool backward) const {
+  if (!op_names_) return {};
+  // Into a buffer, then one string: to_string and operator+ cost ~600
+  // instructions a name.
+  char buffer[96];
+  char* end = buffer;
+  auto put = [&](std::string_view text) {
+    const size_t n = std::min(text.size(), static_cast<size_t>(buffer + sizeof buffer - end));
+    end = std::copy_n(text.data(), n, end);
+  };
+  auto put_int = [&](int value) { end = std::to_chars(end, buffer + sizeof buffer, value).ptr; };
+  put(what);
   switch (U(u).kind) {
-    case UnitKind::kEmbedding: return "embed";
-    case UnitKind::kHead: return "head";
-    case UnitKind::kBlock: return "block " + std::to_string(U(u).layer);
+    case UnitKind::kEmbedding: put(" embed"); break;
+    case UnitKind::kHead: put(" head"); break;
+    case UnitKind::kBlock: put(" block "); put_int(U(u).layer); break;
   }
-  return "?";
+  if (backward) put(" bwd");
+  if (mb >= 0) {
+    put(" mb ");
+    put_int(mb);
+  }
+  return std::string(buffer, end);
 }
 
 bool ProgramBuilder::KeepsParamsThroughBackward(int u) const {
@@ -137,7 +154,10 @@ void ProgramBuilder::MakeUnits() {
   // Per micro-batch and unit: gather, forward, release, gather, recompute,
   // backward, release, reduction and its accumulation; then the step's end.
   p_.ops.reserve(static_cast<size_t>(plan_.grad_accum) * (m.layers + 2) * 9 + (m.layers + 2) * 4 + 8);
-  tensors_.Reserve(static_cast<size_t>(plan_.grad_accum) * (m.layers + 2) * 48);  // a block makes ~45
+  // A unit makes up to 85 tensors per micro-batch on a GPU, 103 on a CPU
+  // (plain attention), a checkpointed block's recompute included: reserved
+  // once, so the registry never moves its (megabytes of) entries.
+  tensors_.Reserve(static_cast<size_t>(plan_.grad_accum) * (m.layers + 2) * 104);
   shape_ = ShapeOf(m, plan_.micro_batch, plan_.seq_len, DTypeBytes(plan_.param_dtype), plan_.loss_chunk_tokens,
                    profile_.device_kind == "cpu");
   const int n = NumUnits();
@@ -227,8 +247,8 @@ int ProgramBuilder::Add(StepOp op) {
   return p_.ops.back().id;
 }
 
-StepProgram BuildStepProgram(const Plan& plan, const HardwareProfile& profile) {
-  StepProgram program = ProgramBuilder(plan, profile).Build();
+StepProgram BuildStepProgram(const Plan& plan, const HardwareProfile& profile, bool op_names) {
+  StepProgram program = ProgramBuilder(plan, profile, op_names).Build();
   ToIssueOrder(program);
   return program;
 }

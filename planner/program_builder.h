@@ -13,6 +13,7 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -26,7 +27,9 @@ namespace llmplan {
 class ProgramBuilder {
  public:
   // REQUIRES: plan.Validate() passes; both outlive the builder.
-  ProgramBuilder(const Plan& plan, const HardwareProfile& profile) : plan_(plan), profile_(profile) {}
+  // `op_names`: as BuildStepProgram's.
+  ProgramBuilder(const Plan& plan, const HardwareProfile& profile, bool op_names = true)
+      : plan_(plan), profile_(profile), op_names_(op_names) {}
   ProgramBuilder(const ProgramBuilder&) = delete;
   ProgramBuilder& operator=(const ProgramBuilder&) = delete;
 
@@ -39,8 +42,13 @@ class ProgramBuilder {
   void MakeUnits();
   void MakePersistent();
   int Add(StepOp op);  // assigns the id, tidies deps; returns the id
-  std::string UnitName(int u) const;
-  static std::string MbSuffix(int mb) { return " mb " + std::to_string(mb); }
+  // "<what> <unit>[ bwd][ mb <mb>]", e.g. "all-gather block 3 bwd mb 0"
+  // (mb < 0: none), built in one allocation: a 70B program names ~3,000
+  // ops. Empty without op_names_.
+  std::string OpName(std::string_view what, int u, int mb = -1, bool backward = false) const;
+  // Memory events of one unit's forward, recompute or backward: at most 75
+  // on a GPU (a checkpointed block's forward, the head's chunked loss).
+  static constexpr size_t kUnitEvents = 80;
 
   // --- program_forward.cc ---
   void Forward(int mb);
@@ -57,10 +65,10 @@ class ProgramBuilder {
   // Accumulates the reduced shards of the pending reduce-scatters issued up
   // to and including `rs_id`, in issue order.
   void AccumulateThrough(int rs_id);
-  // Unit u's micro-batch mb is reduced into its fp32 gradient by op
-  // `reduced`: what follows across replicas (last micro-batch) and towards
-  // the host (parameter offload).
-  void AfterReduction(int u, int mb, int reduced, bool last_mb);
+  // A micro-batch's gradient of unit u is reduced into its fp32 gradient by
+  // op `reduced`: what follows across replicas (`last_mb`: the step's last
+  // micro-batch) and towards the host (parameter offload).
+  void AfterReduction(int u, int reduced, bool last_mb);
 
   // --- program_step_end.cc ---
   void ClipGradients();
@@ -96,6 +104,7 @@ class ProgramBuilder {
 
   const Plan& plan_;
   const HardwareProfile& profile_;
+  const bool op_names_;
   StepProgram p_;
   // Memory, tensor by tensor (planner/memory_model.h).
   ActivationShape shape_;

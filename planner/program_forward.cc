@@ -57,11 +57,11 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
     copy.stream = StreamKind::kHostToDevice;
     copy.unit = u;
     copy.micro_batch = mb;
-    copy.name = "h2d params " + UnitName(u) + (backward ? " bwd" : "") + MbSuffix(mb);
+    copy.name = OpName("h2d params", u, mb, backward);
     copy.work.copy_bytes = bytes / G(u);
     copy.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, bytes / G(u)});
     copy.deps = deps;
-    deps.push_back(Add(copy));
+    deps.push_back(Add(std::move(copy)));
   }
   StepOp op;
   op.kind = OpKind::kAllGather;
@@ -69,7 +69,7 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
   op.group = CommGroup::kShard;
   op.unit = u;
   op.micro_batch = mb;
-  op.name = "all-gather " + UnitName(u) + (backward ? " bwd" : "") + MbSuffix(mb);
+  op.name = OpName("all-gather", u, mb, backward);
   op.deps = deps;
   op.work.collective = CollectiveOp::kAllGather;
   op.work.collective_bytes = bytes;
@@ -85,7 +85,7 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
   gathered_[u] = memory.Alloc(MemoryCategory::kGatheredParams, bytes);
   op.alloc_at_start = std::move(memory.events);
   if (params_offloaded) op.free_at_end.push_back({MemoryCategory::kOffloadStaging, -bytes / G(u)});
-  const int id = Add(op);
+  const int id = Add(std::move(op));
   current_gather_[u] = id;
   if (!kept) in_flight_.push_back(id);
   return id;
@@ -97,13 +97,13 @@ int ProgramBuilder::Release(int u, int mb, int after, bool backward) {
   op.stream = StreamKind::kCompute;
   op.unit = u;
   op.micro_batch = mb;
-  op.name = "release " + UnitName(u) + (backward ? " bwd" : "") + MbSuffix(mb);
+  op.name = OpName("release", u, mb, backward);
   op.deps = {after};
   MemoryScript memory(tensors_);
   memory.Free(gathered_[u]);
   gathered_[u] = -1;
   op.alloc_at_start = std::move(memory.events);
-  const int id = Add(op);
+  const int id = Add(std::move(op));
   last_release_of_unit_[u] = id;
   release_of_[current_gather_[u]] = id;
   current_gather_[u] = -1;
@@ -135,17 +135,17 @@ void ProgramBuilder::Forward(int mb) {
     op.stream = StreamKind::kCompute;
     op.unit = u;
     op.micro_batch = mb;
-    op.name = "forward " + UnitName(u) + MbSuffix(mb);
+    op.name = OpName("forward", u, mb);
     FillForwardWork(u, op.work);
     op.deps = {GathersParams(u) ? gather_fwd_[u] : -1, u > 0 ? last_forward_[u - 1] : -1};
-    MemoryScript memory(tensors_);
+    MemoryScript memory(tensors_, kUnitEvents);
     switch (U(u).kind) {
       case UnitKind::kEmbedding: saved_[{u, mb}] = EmbeddingForward(shape_, memory); break;
       case UnitKind::kBlock: saved_[{u, mb}] = BlockForward(shape_, /*keep_graph=*/!Recomputed(u), memory); break;
       case UnitKind::kHead: saved_[{u, mb}] = HeadForward(shape_, OutputMatrixParams(), memory); break;
     }
     op.alloc_at_start = std::move(memory.events);
-    last_forward_[u] = Add(op);
+    last_forward_[u] = Add(std::move(op));
     if (U(u).kind == UnitKind::kHead) last_loss_ = last_forward_[u];
     if (GathersParams(u) && !KeepsParamsThroughBackward(u)) Release(u, mb, last_forward_[u], false);
   }

@@ -69,7 +69,9 @@ void ToIssueOrder(StepProgram& program) {
     StepOp op = std::move(ops[old]);
     op.id = new_id[old];
     for (int& d : op.deps) d = new_id[d];
-    if (WaitsForCompute(op.stream) && last_compute >= 0) op.deps.push_back(last_compute);
+    if (WaitsForCompute(op.stream) && last_compute >= 0 &&
+        std::find(op.deps.begin(), op.deps.end(), last_compute) == op.deps.end())
+      op.deps.push_back(last_compute);
     std::sort(op.deps.begin(), op.deps.end());
     op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
     if (op.stream == StreamKind::kCompute) last_compute = op.id;

@@ -18,7 +18,7 @@ void ProgramBuilder::ClipGradients() {
   for (int u = 0; u < n; ++u) norm.deps.push_back(grad_final_[u]);
   norm.work.elementwise_bytes = 4 * shard_params;
   norm.work.launches = 2 * n;
-  int last = Add(norm);
+  int last = Add(std::move(norm));
   if (G() > 1) {
     // Summed over the shard group only: replicas hold identical shards after
     // their all-reduce, so summing over the world would count each R times.
@@ -32,7 +32,7 @@ void ProgramBuilder::ClipGradients() {
     ar.work.collective_bytes = 4;
     ar.work.group_size = G();
     ar.work.spans_nodes = GroupSpansNodes(G());
-    last = Add(ar);
+    last = Add(std::move(ar));
   }
   StepOp clip;
   clip.kind = OpKind::kClipGradients;
@@ -43,7 +43,7 @@ void ProgramBuilder::ClipGradients() {
   // exceeds the limit, as it does early in training).
   clip.work.elementwise_bytes = plan_.optimizer.grad_clip > 0 ? 8 * shard_params : 0;
   clip.work.launches = n;
-  clip_ = Add(clip);
+  clip_ = Add(std::move(clip));
 }
 
 void ProgramBuilder::OptimizerStep() {
@@ -58,35 +58,35 @@ void ProgramBuilder::OptimizerStep() {
         in.kind = OpKind::kCopyToDevice;
         in.stream = StreamKind::kHostToDevice;
         in.unit = u;
-        in.name = "h2d master " + UnitName(u);
+        in.name = OpName("h2d master", u);
         // Not before backward is over: a master copied in earlier would sit
         // in its staging buffer through the activation peak.
         in.deps = {clip_};
         in.work.copy_bytes = 4 * shard;
         in.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, 4 * shard});
-        master_in = Add(in);
+        master_in = Add(std::move(in));
       }
       StepOp op;
       op.kind = OpKind::kOptimizerStep;
       op.stream = StreamKind::kCompute;
       op.unit = u;
-      op.name = "adamw " + UnitName(u);
+      op.name = OpName("adamw", u);
       op.deps = {clip_, master_in};
       // Fused AdamW reads param, grad, m, v (fp32) and writes param, m, v and
       // the bf16 compute copy: 30 bytes per parameter of HBM traffic.
       op.work.elementwise_bytes = 30 * shard;
       op.work.launches = 1;
-      const int step = Add(op);
+      const int step = Add(std::move(op));
       if (OffloadsParams(o)) {
         StepOp out;
         out.kind = OpKind::kCopyToHost;
         out.stream = StreamKind::kDeviceToHost;
         out.unit = u;
-        out.name = "d2h master " + UnitName(u);
+        out.name = OpName("d2h master", u);
         out.deps = {step};
         out.work.copy_bytes = 4 * shard;
         out.free_at_end.push_back({MemoryCategory::kOffloadStaging, -4 * shard});
-        Add(out);
+        Add(std::move(out));
       }
       continue;
     }
@@ -101,10 +101,10 @@ void ProgramBuilder::OptimizerStep() {
     copy.kind = OpKind::kCopyToHost;
     copy.stream = StreamKind::kDeviceToHost;
     copy.unit = u;
-    copy.name = "d2h grads " + UnitName(u);
+    copy.name = OpName("d2h grads", u);
     copy.deps = {clip_};
     copy.work.copy_bytes = 4 * Shard(u);
-    grads_on_host[u] = Add(copy);
+    grads_on_host[u] = Add(std::move(copy));
   }
   for (int u = 0; u < n; ++u) {
     const double shard = Shard(u);
@@ -112,12 +112,12 @@ void ProgramBuilder::OptimizerStep() {
     cpu.kind = OpKind::kCpuOptimizerStep;
     cpu.stream = StreamKind::kCpu;
     cpu.unit = u;
-    cpu.name = "cpu adamw " + UnitName(u);
+    cpu.name = OpName("cpu adamw", u);
     cpu.deps = {grads_on_host[u], clip_};
     cpu.work.cpu_adam_params = shard;
     cpu.work.host_sharers = plan_.GpusOnNode();
     if (plan_.OptimizerStateOnNvme()) cpu.work.nvme_bytes = 8 * shard;
-    const int step = Add(cpu);
+    const int step = Add(std::move(cpu));
     // With the parameters streamed (optimizer+params) the CPU update writes
     // the host copy that the next step's gathers bring up themselves.
     if (!OffloadsParams(o)) {
@@ -125,10 +125,10 @@ void ProgramBuilder::OptimizerStep() {
       back.kind = OpKind::kCopyToDevice;
       back.stream = StreamKind::kHostToDevice;
       back.unit = u;
-      back.name = "h2d params " + UnitName(u);
+      back.name = OpName("h2d params", u);
       back.deps = {step};
       back.work.copy_bytes = ParamBytes() * shard;
-      Add(back);
+      Add(std::move(back));
     }
   }
 }
@@ -147,7 +147,7 @@ void ProgramBuilder::LossAllReduce() {
   op.work.collective_bytes = 4;
   op.work.group_size = plan_.gpus;
   op.work.spans_nodes = plan_.gpus > plan_.gpus_per_node;
-  Add(op);
+  Add(std::move(op));
 }
 
 }  // namespace llmplan

@@ -153,11 +153,12 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
   return e;
 }
 
-StepProgram BuildEvaluatedProgram(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate) {
+StepProgram BuildEvaluatedProgram(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate,
+                                  bool op_names) {
   if (plan.OptimizerStateOnNvme() && !HasNvmeRates(profile))
     throw UserError("profile " + profile.name + " has no NVMe read/write rates, so AdamW state offloaded to NVMe "
                     "cannot be priced: measure them on the machine (llmplan profile --nvme-dir DIR)");
-  StepProgram program = BuildStepProgram(plan, profile);
+  StepProgram program = BuildStepProgram(plan, profile, op_names);
   if (evaluate.ckpt_async) program.host.checkpoint_staging = CheckpointStagingBytesPerGpu(plan, program);
   return program;
 }
@@ -177,9 +178,12 @@ Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile
 }
 
 Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate) {
-  StepProgram program = BuildEvaluatedProgram(plan, profile, evaluate);
+  // Only the Estimate leaves: no op is named.
+  StepProgram program = BuildEvaluatedProgram(plan, profile, evaluate, /*op_names=*/false);
   CostModel cost(profile);
-  SimulationResult sim = Simulate(program, cost);
+  SimulationOptions options;
+  options.track_memory = false;  // the Estimate's memory comes from ReplayMemory
+  SimulationResult sim = Simulate(program, cost, options);
   const MemoryTimeline memory = ReplayMemory(program);
   const ReservedMemory reserved = ReplayAllocatorIfItCanFit(plan, profile, program, memory);
   return EstimateFromSimulation(plan, profile, program, sim, memory, reserved);

@@ -34,8 +34,10 @@ Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile
 Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate = {});
 
 // The step program of `plan` with what `evaluate` adds to it (the host's
-// checkpoint staging). REQUIRES: plan.Validate() passes.
-StepProgram BuildEvaluatedProgram(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate);
+// checkpoint staging); `op_names` as BuildStepProgram's.
+// REQUIRES: plan.Validate() passes.
+StepProgram BuildEvaluatedProgram(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate,
+                                  bool op_names = true);
 
 // Pinned host memory one GPU's process may use: the plan's per-node figure
 // shared by the job's GPUs on the node, else the profile's per-GPU figure.

@@ -1,6 +1,7 @@
 #include "simulator/reserved_memory.h"
 
 #include <algorithm>
+#include <cstddef>
 
 #include "planner/allocator_model.h"
 
@@ -13,21 +14,24 @@ constexpr int kComputeStream = 0;
 // Two steps: most segments are made in the first, a few in the second (see
 // the header); a third step added none on any of the 27 recorded runs.
 constexpr int kSteps = 2;
+// Ops between two points where the first step's state is kept for the
+// second to recognise (a state costs ~1,000 blocks to copy; a replayed
+// 70B step is ~5,000 ops).
+constexpr size_t kCheckpointOps = 128;
+// Owners of allocator blocks that are not the program's tensors.
+constexpr int64_t kPersistent = -2;  // start-up buffers, workspaces: held for good
+constexpr int64_t kLoss = -3;
+constexpr int64_t kTokens = -4;      // micro-batch mb's tokens: kTokens - mb
 
 class Replay {
  public:
   Replay(const Plan& plan, const StepProgram& program, double capacity)
-      : plan_(plan), program_(program), model_(CachingAllocatorModel::Options{capacity}) {
-    for (const StepOp& op : program.ops)
-      for (const auto* deltas : {&op.alloc_at_start, &op.free_at_end})
-        for (const MemoryDelta& d : *deltas) tensor_ids_ = std::max(tensor_ids_, d.tensor + 1);
-  }
+      : plan_(plan), program_(program), model_(CachingAllocatorModel::Options{capacity}) {}
 
   ReservedMemory Run() {
     StartUp();
     ReservedMemory r;
-    for (int step = 0; step < kSteps && !Refused(); ++step)
-      Step(step == 0, step == kSteps - 1 ? &r.reserved_after : nullptr);
+    for (int step = 0; step < kSteps && !Refused(); ++step) Step(step, step == kSteps - 1 ? &r.reserved_after : nullptr);
     r.peak_reserved = model_.peak_reserved_bytes();
     r.peak_allocated = model_.peak_allocated_bytes();
     r.segments = model_.num_segments();
@@ -39,7 +43,14 @@ class Replay {
  private:
   // A retry (the allocator freeing its cache) or running out refuses the plan.
   bool Refused() const { return model_.num_alloc_retries() > 0 || model_.out_of_memory(); }
-  int64_t Alloc(double bytes) { return bytes > 0 ? model_.Malloc(bytes, kComputeStream) : -1; }
+  int64_t Alloc(double bytes, int64_t owner = kPersistent) {
+    const int64_t handle = bytes > 0 ? model_.Malloc(bytes, kComputeStream) : -1;
+    if (handle >= 0) {
+      if (handle >= static_cast<int64_t>(owner_.size())) owner_.resize(handle + 1, kPersistent);
+      owner_[handle] = owner;
+    }
+    return handle;
+  }
   void Free(int64_t handle) {
     if (handle >= 0) model_.Free(handle);
   }
@@ -97,31 +108,89 @@ class Replay {
     Alloc(rope);  // sin
   }
 
-  void Step(bool first, std::vector<double>* reserved_after) {
+  // The state of the replay where `op` is next: every block the allocator
+  // holds, an allocated one's handle replaced by its owner (a tensor id, or
+  // one of the codes above), which is the same in both steps.
+  struct State {
+    size_t op = 0;
+    double reserved = 0, allocated = 0;
+    bool materialized = false;  // a start-up buffer still waits for its first gather
+    bool workspaces = false;
+    std::vector<CachingAllocatorModel::BlockInfo> blocks;
+    bool operator==(const State&) const = default;
+  };
+  State Now(size_t op, bool workspaces) const {
+    State state{op, model_.reserved_bytes(), model_.allocated_bytes(), false, workspaces, model_.Blocks()};
+    for (int64_t h : materialized_) state.materialized |= h >= 0;
+    for (auto& b : state.blocks) b.handle = b.allocated ? owner_.at(b.handle) : -1;
+    return state;
+  }
+
+  void Record(int op, bool first, std::vector<double>* reserved_after) {
+    if (first) first_reserved_after_[op] = model_.reserved_bytes();
+    if (reserved_after != nullptr) (*reserved_after)[op] = model_.reserved_bytes();
+  }
+
+  // Step `step` (0 or 1). The second is the first again from the cache the
+  // first left: where it reaches a state the first passed through at the
+  // same op, it would repeat the first's rest exactly (the same calls on
+  // the same blocks): no new segment, no retry, no new peak, the same
+  // reserved bytes after each op. It stops there (the 70B search on 64
+  // GPUs: 34 of its 37 second steps, two thirds of the way in on average).
+  void Step(int step, std::vector<double>* reserved_after) {
+    const bool first = step == 0;
     std::vector<int64_t> tokens;
     for (int64_t mb = 0; mb < plan_.grad_accum; ++mb)
-      tokens.push_back(Alloc(static_cast<double>(plan_.micro_batch * (plan_.seq_len + 1)) * 8));
-    const int64_t loss = Alloc(4);
-    handle_.assign(tensor_ids_, -1);  // tensor id -> allocator handle
+      tokens.push_back(Alloc(static_cast<double>(plan_.micro_batch * (plan_.seq_len + 1)) * 8, kTokens - mb));
+    const int64_t loss = Alloc(4, kLoss);
+    handle_.assign(handle_.size(), -1);  // tensor id -> allocator handle (grows as ids are met)
+    live_ = 0;
     bool workspaces = !first;
     if (reserved_after != nullptr) reserved_after->assign(program_.ops.size(), 0);
     // Micro-batches repeat one pattern: from the second on, the allocator
     // starts each in the state the one before left, so those between the
     // second and the last make no new segments. They are skipped but for
     // their frees of what the kept ones allocated (a reduce-scatter's
-    // temporaries straddle micro-batches); it saves most of the replay when
-    // the step accumulates many.
+    // temporaries straddle micro-batches); once none of those is live, a
+    // skipped op is not even read. It saves most of the replay when the
+    // step accumulates many.
     auto repeats = [&](const StepOp& op) {
       return op.micro_batch >= 2 && op.micro_batch < plan_.grad_accum - 1;
     };
+    if (first) {
+      checkpoints_.clear();
+      first_reserved_after_.assign(program_.ops.size(), 0);
+    }
+    size_t next_checkpoint = 0, replayed = 0;
     for (const StepOp& op : program_.ops) {
       if (Refused()) break;  // the plan is out: the rest would only cost the search time
       const bool skipped = repeats(op);
+      const size_t i = static_cast<size_t>(&op - program_.ops.data());
+      if (!skipped && replayed++ % kCheckpointOps == 0 && i > 0 && !model_.events_outstanding()) {
+        if (first) {
+          checkpoints_.push_back(Now(i, workspaces));
+        } else {
+          while (next_checkpoint < checkpoints_.size() && checkpoints_[next_checkpoint].op < i) ++next_checkpoint;
+          const State* seen = next_checkpoint < checkpoints_.size() && checkpoints_[next_checkpoint].op == i
+                                  ? &checkpoints_[next_checkpoint] : nullptr;
+          // Cheap tests first: most states that differ differ in these.
+          if (seen != nullptr && seen->reserved == model_.reserved_bytes() &&
+              seen->allocated == model_.allocated_bytes() && *seen == Now(i, workspaces)) {
+            if (reserved_after != nullptr)
+              std::copy(first_reserved_after_.begin() + i, first_reserved_after_.end(), reserved_after->begin() + i);
+            return;
+          }
+        }
+      }
       if (!workspaces && op.kind == OpKind::kForward && op.work.gemm_flops > 0) {
         // cuBLAS and cuBLASLt take their workspaces at the first GEMM and keep them.
         Alloc(program_.persistent.workspaces / 2);
         Alloc(program_.persistent.workspaces / 2);
         workspaces = true;
+      }
+      if (skipped && live_ == 0) {  // nothing it frees was allocated
+        Record(op.id, first, reserved_after);
+        continue;
       }
       auto apply = [&](const std::vector<MemoryDelta>& deltas) {
         for (const MemoryDelta& d : deltas) {
@@ -130,17 +199,23 @@ class Replay {
             if (skipped) continue;
             // A buffer still materialised from start-up is what the first gather finds.
             int64_t& kept = op.kind == OpKind::kAllGather ? materialized_.at(op.unit) : no_handle_;
-            handle_[d.tensor] = kept >= 0 ? kept : Alloc(d.bytes);
+            if (d.tensor >= static_cast<int>(handle_.size())) handle_.resize(d.tensor + 1, -1);
+            if (kept >= 0) owner_[kept] = d.tensor;
+            handle_[d.tensor] = kept >= 0 ? kept : Alloc(d.bytes, d.tensor);
+            live_ += handle_[d.tensor] >= 0;
             kept = -1;
             continue;
           }
-          Free(handle_[d.tensor]);  // no-op for a tensor a skipped op would have made
+          // Nothing to do for a tensor a skipped op would have made.
+          if (d.tensor >= static_cast<int>(handle_.size()) || handle_[d.tensor] < 0) continue;
+          Free(handle_[d.tensor]);
           handle_[d.tensor] = -1;
+          --live_;
         }
       };
       apply(op.alloc_at_start);
       apply(op.free_at_end);
-      if (reserved_after != nullptr) (*reserved_after)[op.id] = model_.reserved_bytes();
+      Record(op.id, first, reserved_after);
     }
     Free(loss);
     for (int64_t h : tokens) Free(h);
@@ -150,8 +225,11 @@ class Replay {
   const StepProgram& program_;
   CachingAllocatorModel model_;
   std::vector<int64_t> materialized_;  // per unit: a compute buffer still held from start-up (-1: none)
-  int tensor_ids_ = 0;                 // tensor ids run from 0 to this (exclusive)
   std::vector<int64_t> handle_;        // tensor id -> the allocator's handle (-1: not allocated)
+  int live_ = 0;                       // entries of handle_ that are not -1
+  std::vector<int64_t> owner_;         // allocator handle -> what holds it (a tensor id or a code above)
+  std::vector<State> checkpoints_;     // the first step's states, by op
+  std::vector<double> first_reserved_after_;  // the first step's reserved bytes after each op
   int64_t no_handle_ = -1;
 };
 

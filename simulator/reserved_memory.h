@@ -9,7 +9,10 @@
 //
 // The segments the first step makes stay cached; the second step can still
 // find a cached block split differently and add a segment (Llama-3-8B
-// shard_grad_op on 2 GPUs: +2 GiB in step 2), after which steps repeat. Held
+// shard_grad_op on 2 GPUs: +2 GiB in step 2), after which steps repeat. The
+// second step stops early where its state (every block and who holds it)
+// equals the first step's at the same op: from there it would repeat the
+// first exactly, so the figures are those of the whole step. Held
 // against the caching allocator's own statistics on 27 runs on 1-2 H200
 // (2026-11-30, tools/device/accuracy.sh): mean error 0.28%, 26 of 27 within
 // 0.6%, the worst -4.2% (Qwen2.5-0.5B no_shard with a tied embedding, where

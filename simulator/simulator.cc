@@ -79,8 +79,9 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
     }
   };
 
+  const bool track_memory = options.track_memory || options.record_timeline;
   auto apply = [&](const std::vector<MemoryDelta>& deltas) {
-    if (deltas.empty()) return;
+    if (deltas.empty() || !track_memory) return;
     for (const auto& d : deltas) {
       current[static_cast<int>(d.category)] += d.bytes;
       in_use += d.bytes;
@@ -116,13 +117,13 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
   double exposed = 0;
   while (finished < n) {
     // Start everything that can start now; zero-length ops finish at once and
-    // may unblock others, so repeat until nothing changes.
+    // may unblock others (or the host), so repeat while one did. Only a
+    // finish changes what can be issued or started: a pass without one would
+    // be followed by a pass that does nothing.
     bool progressed = true;
     while (progressed) {
-      progressed = false;
-      const size_t issued_before = next_issue;
+      const size_t finished_before = finished;
       issue();
-      progressed |= next_issue != issued_before;
       for (auto& s : streams) {
         if (s.running >= 0 || s.next >= s.queue.size()) continue;
         int id = s.queue[s.next];
@@ -133,8 +134,8 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
         r.ops[id].start = now;
         apply(ops[id].alloc_at_start);
         if (s.remaining <= 0) finish(s);
-        progressed = true;
       }
+      progressed = finished != finished_before;
     }
     if (finished == n) break;
 

@@ -36,6 +36,11 @@ struct MemorySample {
 
 struct SimulationOptions {
   bool record_timeline = false;  // keep every memory change (for traces); off in the search
+  // Follow the op-stream allocations over time (peak_transient_bytes,
+  // peak_time, at_peak). Off in the search, whose Estimate takes memory from
+  // the issue-order replay (planner/memory_timeline.h): reading every memory
+  // event was half of a simulation. Needed by record_timeline.
+  bool track_memory = true;
 };
 
 struct SimulationResult {
@@ -47,6 +52,7 @@ struct SimulationResult {
   std::vector<OpTiming> ops;  // indexed by StepOp::id
   double start_of(int op) const { return ops.at(op).start; }
 
+  // With track_memory (otherwise 0):
   double peak_transient_bytes = 0;  // max over time of the op-stream allocations
   double peak_time = 0;
   std::array<double, kNumMemoryCategories> at_peak{};  // per MemoryCategory at that moment

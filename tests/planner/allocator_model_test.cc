@@ -497,5 +497,47 @@ TEST(AllocatorTraceTest, ReplaysRecordedTraces) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// Blocks(): the state two replays are compared by
+
+TEST(AllocatorModelTest, BlocksListsEverySegmentsBlocksInAddressOrder) {
+  Model m;
+  const int64_t a = m.Malloc(30 * MiB, 0);  // its own 30 MiB segment
+  const int64_t b = m.Malloc(1000, 0);      // a 2 MiB small segment: 1,024 B and the free rest
+  const int64_t c = m.Malloc(12 * MiB, 0);  // a 12 MiB segment, taken whole
+  m.Free(c);
+  const auto blocks = m.Blocks();
+  ASSERT_EQ(blocks.size(), 4u);
+  for (size_t i = 1; i < blocks.size(); ++i) EXPECT_LT(blocks[i - 1].address, blocks[i].address);
+  EXPECT_EQ(blocks[0].handle, a);
+  EXPECT_TRUE(blocks[0].allocated && blocks[0].starts_segment);
+  EXPECT_EQ(blocks[0].size, 30 * MiB);
+  EXPECT_EQ(blocks[1].handle, b);
+  EXPECT_TRUE(blocks[1].starts_segment);
+  EXPECT_EQ(blocks[1].size, 1024);
+  EXPECT_EQ(blocks[1].pool, Model::Pool::kSmall);
+  EXPECT_FALSE(blocks[2].allocated || blocks[2].starts_segment);  // the small segment's free rest
+  EXPECT_EQ(blocks[2].address, blocks[1].address + 1024);
+  EXPECT_EQ(blocks[2].handle, -1);
+  EXPECT_FALSE(blocks[3].allocated);  // c, freed: its segment is still held
+  EXPECT_TRUE(blocks[3].starts_segment);
+  EXPECT_EQ(blocks[3].size, 12 * MiB);
+}
+
+TEST(AllocatorModelTest, ModelsGivenTheSameCallsHaveEqualBlocksButForHandles) {
+  // The same requests in another order end in the same blocks once all are
+  // freed and merged; one request more does not.
+  Model x, y;
+  const int64_t x1 = x.Malloc(3 * MiB, 0), x2 = x.Malloc(5 * MiB, 0);
+  const int64_t y1 = y.Malloc(3 * MiB, 0), y2 = y.Malloc(5 * MiB, 0);
+  x.Free(x1);
+  x.Free(x2);
+  y.Free(y2);
+  y.Free(y1);
+  EXPECT_EQ(x.Blocks(), y.Blocks());
+  y.Malloc(1 * MiB, 0);
+  EXPECT_NE(x.Blocks(), y.Blocks());
+}
+
 }  // namespace
 }  // namespace llmplan
