@@ -18,7 +18,7 @@ namespace llmplan::executor {
 
 double PredictedRankPeakBytes(const StepProgram& program) { return ReplayMemory(program).peak; }
 
-HostMemoryNeed PredictHostMemory(const Plan& plan, const StepProgram& program, bool cpu_device, int ranks_on_node,
+HostMemoryNeed PredictHostMemory(const StepProgram& program, bool cpu_device, int ranks_on_node,
                                  int staging_ranks_on_node) {
   HostMemoryNeed need;
   // BuildStepProgram leaves host.checkpoint_staging 0; it is counted below,
@@ -57,7 +57,7 @@ void CheckHostMemory(const Plan& plan, const HostMemoryNeed& need, double availa
 }
 
 void CheckHostMemory(const Plan& plan, const StepProgram& program, int ranks_on_node, double available_bytes) {
-  CheckHostMemory(plan, PredictHostMemory(plan, program, /*cpu_device=*/true, ranks_on_node, 0), available_bytes);
+  CheckHostMemory(plan, PredictHostMemory(program, /*cpu_device=*/true, ranks_on_node, 0), available_bytes);
 }
 
 int CheckpointStagingRanksOnNode(bool ckpt_async, int shard_group_size, int rank, int local_rank, int local_world_size) {
@@ -76,7 +76,7 @@ void CheckPlanFitsHost(const Plan& plan, const at::Device& device, int ranks_on_
     profile.name = plan.profile;  // the run trains with defaults too (trainer.cc's ProfileOrDefault)
   }
   const StepProgram program = BuildStepProgram(plan, profile);
-  CheckHostMemory(plan, PredictHostMemory(plan, program, device.is_cpu(), ranks_on_node, staging_ranks_on_node),
+  CheckHostMemory(plan, PredictHostMemory(program, device.is_cpu(), ranks_on_node, staging_ranks_on_node),
                   ReadHostInfo().available_bytes);
 }
 

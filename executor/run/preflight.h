@@ -34,13 +34,12 @@ struct HostMemoryNeed {
   double Total() const { return per_rank * ranks + checkpoint_staging; }
 };
 
-// The host memory of `ranks_on_node` ranks of `plan` (built into `program`)
-// on one node: on a CPU device (`cpu_device`) the step's predicted peak, on
-// any device program.host, per rank; plus the checkpoint staging of
+// The host memory of `ranks_on_node` ranks running `program` on one node:
+// on a CPU device (`cpu_device`) the step's predicted peak, on any device
+// program.host, per rank; plus the checkpoint staging of
 // `staging_ranks_on_node` ranks (0 without --ckpt-async).
-// REQUIRES: plan is valid, `program` built for it, ranks_on_node >= 1,
-// 0 <= staging_ranks_on_node <= ranks_on_node.
-HostMemoryNeed PredictHostMemory(const Plan& plan, const StepProgram& program, bool cpu_device, int ranks_on_node,
+// REQUIRES: ranks_on_node >= 1, 0 <= staging_ranks_on_node <= ranks_on_node.
+HostMemoryNeed PredictHostMemory(const StepProgram& program, bool cpu_device, int ranks_on_node,
                                  int staging_ranks_on_node);
 
 // REQUIRES: plan is valid. Throws UserError when need.Total() is above
@@ -57,7 +56,7 @@ HostMemoryNeed PredictHostMemory(const Plan& plan, const StepProgram& program, b
 void CheckHostMemory(const Plan& plan, const HostMemoryNeed& need, double available_bytes);
 
 // CheckHostMemory of a CPU run's `ranks_on_node` ranks without checkpoint
-// staging (PredictHostMemory(plan, program, true, ranks_on_node, 0)).
+// staging (PredictHostMemory(program, true, ranks_on_node, 0)).
 void CheckHostMemory(const Plan& plan, const StepProgram& program, int ranks_on_node, double available_bytes);
 
 // The ranks of one node that stage --ckpt-async checkpoints: those of the

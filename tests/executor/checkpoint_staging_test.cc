@@ -69,19 +69,19 @@ TEST(CheckpointStagingPreflightTest, HostMemoryNeedCountsTheStagingOfTheNodesSta
   const double staging = CheckpointStagingBytesPerRank(program);
   // tiny-llama's units are all of even size: each rank owns half of each.
   EXPECT_DOUBLE_EQ(staging, 12.0 * static_cast<double>(plan.model.TotalParams()) / 2);
-  const executor::HostMemoryNeed cpu = executor::PredictHostMemory(plan, program, /*cpu_device=*/true, 2, 2);
+  const executor::HostMemoryNeed cpu = executor::PredictHostMemory(program, /*cpu_device=*/true, 2, 2);
   EXPECT_DOUBLE_EQ(cpu.per_rank, per_rank);
   EXPECT_DOUBLE_EQ(cpu.checkpoint_staging, 2 * staging);
   EXPECT_DOUBLE_EQ(cpu.Total(), 2 * per_rank + 2 * staging);
   // On a GPU without offload only the staging is on the host.
-  const executor::HostMemoryNeed gpu = executor::PredictHostMemory(plan, program, /*cpu_device=*/false, 2, 2);
+  const executor::HostMemoryNeed gpu = executor::PredictHostMemory(program, /*cpu_device=*/false, 2, 2);
   EXPECT_EQ(gpu.per_rank, 0);
   EXPECT_DOUBLE_EQ(gpu.Total(), 2 * staging);
   // With the optimizer offloaded, its pinned state is on the host too.
   const Plan offloaded = TinyPlan(2, Offload::kOptimizer);
   const StepProgram offloaded_program = BuildStepProgram(offloaded, LoadHardwareProfile("cpu"));
   const executor::HostMemoryNeed gpu_offload =
-      executor::PredictHostMemory(offloaded, offloaded_program, /*cpu_device=*/false, 2, 0);
+      executor::PredictHostMemory(offloaded_program, /*cpu_device=*/false, 2, 0);
   EXPECT_DOUBLE_EQ(gpu_offload.per_rank, offloaded_program.host.Total());
   EXPECT_GT(gpu_offload.per_rank, 0);
 }
@@ -89,7 +89,7 @@ TEST(CheckpointStagingPreflightTest, HostMemoryNeedCountsTheStagingOfTheNodesSta
 TEST(CheckpointStagingPreflightTest, AHostThatCannotHoldTheStagingIsRefusedInOneLineThatSaysWhatToChange) {
   const Plan plan = TinyPlan(2);
   const StepProgram program = BuildStepProgram(plan, LoadHardwareProfile("cpu"));
-  const executor::HostMemoryNeed need = executor::PredictHostMemory(plan, program, true, 2, 2);
+  const executor::HostMemoryNeed need = executor::PredictHostMemory(program, true, 2, 2);
   const double without_staging = need.per_rank * need.ranks;
   EXPECT_EQ(CaughtMessage(plan, need, need.Total() * 1.01), "") << "it fits";
   EXPECT_EQ(CaughtMessage(plan, need, 0), "") << "MemAvailable unknown: no judgement";
@@ -115,7 +115,7 @@ TEST(CheckpointStagingPreflightTest, AHostThatCannotHoldTheStagingIsRefusedInOne
       << plan_again;
 
   // A GPU run (nothing else of the plan on the host): the staging alone.
-  const executor::HostMemoryNeed gpu = executor::PredictHostMemory(plan, program, false, 1, 1);
+  const executor::HostMemoryNeed gpu = executor::PredictHostMemory(program, false, 1, 1);
   const std::string alone = CaughtMessage(plan, gpu, gpu.Total() / 2);
   EXPECT_EQ(alone.rfind("--ckpt-async stages " + FormatBytes(gpu.checkpoint_staging) +
                             " of checkpoint state in host memory (12 bytes per parameter of each of 1 rank's shard), "
