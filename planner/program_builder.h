@@ -80,7 +80,7 @@ class ProgramBuilder {
   int R() const { return plan_.ReplicaGroups(); }
   // Unit u's own shard group and replicas (an edge unit kept whole: 1 and gpus).
   int G(int u) const { return U(u).group_size; }
-  int R(int u) const { return plan_.gpus / U(u).group_size; }
+  int R(int u) const { return plan_.UnitReplicas(u); }
   // The group a unit's gradient all-reduce runs in: the replica group, or the
   // whole job for an edge unit kept whole under a sharded strategy.
   CommGroup ReplicaGroupOf(int u) const { return U(u).resident && Sharded() ? CommGroup::kWorld : CommGroup::kReplica; }
