@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "executor/model/block_ops.h"
 #include "executor/torch_compat.h"
 
 namespace llmplan::executor {
@@ -12,7 +13,8 @@ int64_t ParamShape::numel() const {
   return n;
 }
 
-LlamaModel::LlamaModel(ModelSpec spec) : spec_(std::move(spec)) {
+LlamaModel::LlamaModel(ModelSpec spec, bool fused_block_kernels)
+    : spec_(std::move(spec)), fused_block_kernels_(fused_block_kernels) {
   const int64_t h = spec_.hidden, q = spec_.q_dim(), kv = spec_.kv_dim(), i = spec_.intermediate;
   units_.push_back({{"model.embed_tokens.weight", {spec_.vocab, h}, ParamInit::kNormal}});
   for (int64_t layer = 0; layer < spec_.layers; ++layer) {
@@ -109,28 +111,6 @@ at::Tensor LlamaModel::EmbeddingForward(const std::vector<at::Tensor>& params, c
   return at::embedding(params.at(0), tokens);
 }
 
-at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
-  // fp32 statistics whatever the compute dtype (bf16 mean-of-squares loses
-  // too much), as HF's LlamaRMSNorm.
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor inv_rms = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + spec_.rms_norm_eps);
-  return weight * (xf * inv_rms).to(x.scalar_type());
-}
-
-namespace {
-
-// HF rotate_half: (x1, x2) -> (-x2, x1) over the two halves of the last dim.
-at::Tensor RotateHalf(const at::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
-at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  return x * cos + RotateHalf(x) * sin;
-}
-
-}  // namespace
-
 at::Tensor LlamaModel::BlockForward(int layer, const std::vector<at::Tensor>& p, const at::Tensor& x,
                                     const RopeTable& rope) const {
   (void)layer;  // every block has the same layout
@@ -139,26 +119,29 @@ at::Tensor LlamaModel::BlockForward(int layer, const std::vector<at::Tensor>& p,
   const int64_t nh = spec_.heads, nkv = spec_.kv_heads, hd = spec_.head_dim;
   auto bias = [&](int i) { return i >= 0 ? p[i] : at::Tensor(); };
 
-  // Attention.
-  at::Tensor hn = RmsNorm(x, p[b.input_norm]);
-  at::Tensor q = at::linear(hn, p[b.q], bias(b.q_bias)).view({batch, t, nh, hd}).transpose(1, 2);
-  at::Tensor k = at::linear(hn, p[b.k], bias(b.k_bias)).view({batch, t, nkv, hd}).transpose(1, 2);
+  const BlockOpsForm form = BlockOpsFormFor(fused_block_kernels_, x, spec_.hidden, hd);
+
+  // Attention. RoPE runs on the projections viewed [B, T, H, D] (their
+  // memory order); the transpose to [B, H, T, D] for attention is a view.
+  at::Tensor hn = RmsNorm(form, x, p[b.input_norm], spec_.rms_norm_eps);
+  at::Tensor cos = rope.cos.narrow(0, 0, t), sin = rope.sin.narrow(0, 0, t);
+  at::Tensor q = at::linear(hn, p[b.q], bias(b.q_bias)).view({batch, t, nh, hd});
+  at::Tensor k = at::linear(hn, p[b.k], bias(b.k_bias)).view({batch, t, nkv, hd});
   at::Tensor v = at::linear(hn, p[b.v], bias(b.v_bias)).view({batch, t, nkv, hd}).transpose(1, 2);
-  at::Tensor cos = rope.cos.narrow(0, 0, t), sin = rope.sin.narrow(0, 0, t);  // [T, D] broadcasts over B, H
-  q = ApplyRope(q, cos, sin);
-  k = ApplyRope(k, cos, sin);
+  q = ApplyRope(form, q, cos, sin).transpose(1, 2);
+  k = ApplyRope(form, k, cos, sin).transpose(1, 2);
   at::Tensor attn = compat::CausalAttention(q, k, v);
   attn = attn.transpose(1, 2).reshape({batch, t, nh * hd});
   at::Tensor h = x + at::linear(attn, p[b.o]);
 
   // SwiGLU MLP.
-  at::Tensor mn = RmsNorm(h, p[b.post_norm]);
-  at::Tensor mlp = at::linear(at::silu(at::linear(mn, p[b.gate])) * at::linear(mn, p[b.up]), p[b.down]);
+  at::Tensor mn = RmsNorm(form, h, p[b.post_norm], spec_.rms_norm_eps);
+  at::Tensor mlp = at::linear(SwiGlu(form, at::linear(mn, p[b.gate]), at::linear(mn, p[b.up])), p[b.down]);
   return h + mlp;
 }
 
 at::Tensor LlamaModel::FinalNorm(const std::vector<at::Tensor>& head_params, const at::Tensor& x) const {
-  return RmsNorm(x, head_params.at(0));
+  return RmsNorm(BlockOpsFormFor(fused_block_kernels_, x, spec_.hidden, spec_.head_dim), x, head_params.at(0), spec_.rms_norm_eps);
 }
 
 at::Tensor LlamaModel::OutputWeight(const std::vector<at::Tensor>& head_params,

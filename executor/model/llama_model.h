@@ -11,7 +11,9 @@
 //
 // Numerics follow Hugging Face's LlamaForCausalLM: RMSNorm in fp32 then cast,
 // RoPE in the rotate_half layout (first half / second half of each head),
-// SwiGLU MLP, grouped-query attention, q/k/v biases for Qwen2.
+// SwiGLU MLP, grouped-query attention, q/k/v biases for Qwen2. The norms, RoPE
+// and SwiGLU are block_ops.h's: fused CUDA kernels on a GPU, LibTorch's
+// composite ops elsewhere.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +44,10 @@ struct RopeTable {
 
 class LlamaModel {
  public:
+  // fused_block_kernels: run the block ops fused where they can run
+  // (block_ops.h; Plan::fused_block_kernels).
   // REQUIRES: spec.Validate() passes.
-  explicit LlamaModel(ModelSpec spec);
+  explicit LlamaModel(ModelSpec spec, bool fused_block_kernels = true);
 
   const ModelSpec& spec() const { return spec_; }
   int num_units() const { return static_cast<int>(units_.size()); }
@@ -90,9 +94,8 @@ class LlamaModel {
     int input_norm = -1, q = -1, q_bias = -1, k = -1, k_bias = -1, v = -1, v_bias = -1, o = -1;
     int post_norm = -1, gate = -1, up = -1, down = -1;
   };
-  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
-
   ModelSpec spec_;
+  bool fused_block_kernels_;
   std::vector<std::vector<ParamShape>> units_;
   BlockLayout block_;
 };

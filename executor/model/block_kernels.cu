@@ -1,0 +1,449 @@
+// Block kernels (see block_kernels.h): RMSNorm, RoPE and SwiGLU, forward and
+// backward, one launch each.
+//
+// Every kernel moves 16-byte vectors (8 bf16 or 4 fp32 elements: the widest
+// load one thread issues, so a warp touches whole 512-byte lines) and does its
+// arithmetic in fp32. Rounding to the element type happens where LibTorch's
+// composite form rounds (Round() below), which keeps the forward outputs equal
+// to the composite's.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "executor/model/block_kernels.h"
+
+#include "base/block_kernel_shapes.h"
+
+namespace llmplan::executor {
+namespace {
+
+template <typename T>
+struct alignas(16) Vec {
+  static constexpr int kN = 16 / sizeof(T);
+  T v[kN];
+};
+
+__device__ __forceinline__ float ToFloat(float x) { return x; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ T FromFloat(float x);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// x rounded to T's precision (round to nearest even, as LibTorch's casts), kept in fp32.
+template <typename T>
+__device__ __forceinline__ float Round(float x) { return ToFloat(FromFloat<T>(x)); }
+
+// Sum of v over the thread block, returned to every thread in the same order,
+// so all threads agree bit-for-bit. REQUIRES: blockDim.x a multiple of 32.
+// Safe to call repeatedly in a loop: it waits for the previous call's readers
+// before reusing its shared buffer.
+__device__ float BlockSum(float v) {
+  __shared__ float warp_sums[32];
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += warp_sums[w];
+  return total;
+}
+
+constexpr int kMaxRowThreads = 1024;
+constexpr int kMaxVectorsPerThread = 2;
+static_assert(kMaxRowThreads * kMaxVectorsPerThread == kBlockKernelMaxRowVectors,
+              "base/block_kernel_shapes.h states this limit to the planner");
+
+// ---------------------------------------------------------------------------
+// RMSNorm. One thread block per row (forward) or per group of rows
+// (backward); each thread holds kPer vectors of its row in registers, so x is
+// read from HBM once.
+
+template <typename T, int kPer>
+__global__ void __launch_bounds__(kMaxRowThreads) RmsNormForwardKernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out,
+                                     float* __restrict__ inv_rms, int64_t cols, float eps) {
+  constexpr int kN = Vec<T>::kN;
+  const int64_t row = blockIdx.x;
+  const int vectors = static_cast<int>(cols / kN);
+  const Vec<T>* xr = reinterpret_cast<const Vec<T>*>(x + row * cols);
+  Vec<T>* outr = reinterpret_cast<Vec<T>*>(out + row * cols);
+  float xv[kPer][kN];
+  float sum = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int vi = k * blockDim.x + threadIdx.x;
+    if (vi < vectors) {
+      const Vec<T> v = xr[vi];
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        xv[k][j] = ToFloat(v.v[j]);
+        sum += xv[k][j] * xv[k][j];
+      }
+    }
+  }
+  sum = BlockSum(sum);
+  const float inv = rsqrtf(sum / static_cast<float>(cols) + eps);
+  if (threadIdx.x == 0) inv_rms[row] = inv;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int vi = k * blockDim.x + threadIdx.x;
+    if (vi < vectors) {
+      Vec<T> o;
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        const float normed = Round<T>(xv[k][j] * inv);  // (xf * inv_rms).to(dtype)
+        o.v[j] = FromFloat<T>(ToFloat(weight[vi * kN + j]) * normed);
+      }
+      outr[vi] = o;
+    }
+  }
+}
+
+template <typename T, int kPer>
+__global__ void __launch_bounds__(kMaxRowThreads) RmsNormBackwardKernel(const T* __restrict__ grad_out, const T* __restrict__ x,
+                                      const T* __restrict__ weight, const float* __restrict__ inv_rms,
+                                      T* __restrict__ grad_x, float* __restrict__ partials, int64_t rows,
+                                      int64_t cols) {
+  constexpr int kN = Vec<T>::kN;
+  const int vectors = static_cast<int>(cols / kN);
+  // The weight is the same for every row: read once, kept in registers, and
+  // so is this block's share of its gradient.
+  float w[kPer][kN], dw[kPer][kN];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int vi = k * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      w[k][j] = vi < vectors ? ToFloat(weight[vi * kN + j]) : 0.f;
+      dw[k][j] = 0.f;
+    }
+  }
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float inv = inv_rms[row];
+    const Vec<T>* gr = reinterpret_cast<const Vec<T>*>(grad_out + row * cols);
+    const Vec<T>* xr = reinterpret_cast<const Vec<T>*>(x + row * cols);
+    float gn[kPer][kN], xv[kPer][kN];
+    float dot = 0;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int vi = k * blockDim.x + threadIdx.x;
+      if (vi < vectors) {
+        const Vec<T> gvec = gr[vi], xvec = xr[vi];
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {
+          const float g = ToFloat(gvec.v[j]);
+          xv[k][j] = ToFloat(xvec.v[j]);
+          gn[k][j] = Round<T>(g * w[k][j]);         // grad of normed = grad_out * weight, in T
+          dw[k][j] += g * Round<T>(xv[k][j] * inv);  // grad of weight = grad_out * normed
+          dot += gn[k][j] * xv[k][j];
+        }
+      }
+    }
+    dot = BlockSum(dot);
+    const float c = inv * inv * inv * dot / static_cast<float>(cols);
+    Vec<T>* gxr = reinterpret_cast<Vec<T>*>(grad_x + row * cols);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int vi = k * blockDim.x + threadIdx.x;
+      if (vi < vectors) {
+        Vec<T> o;
+#pragma unroll
+        for (int j = 0; j < kN; ++j) o.v[j] = FromFloat<T>(inv * gn[k][j] - c * xv[k][j]);
+        gxr[vi] = o;
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int vi = k * blockDim.x + threadIdx.x;
+    if (vi < vectors) {
+#pragma unroll
+      for (int j = 0; j < kN; ++j) partials[blockIdx.x * cols + vi * kN + j] = dw[k][j];
+    }
+  }
+}
+
+// Threads per row: one vector each up to kMaxRowThreads, rounded up to whole
+// warps; beyond that each thread holds kPer vectors.
+template <typename T>
+void RowShape(int64_t cols, int* threads, int* per) {
+  const int64_t vectors = cols / Vec<T>::kN;
+  *per = static_cast<int>((vectors + kMaxRowThreads - 1) / kMaxRowThreads);
+  const int64_t t = (vectors + *per - 1) / *per;
+  *threads = static_cast<int>(std::max<int64_t>(32, (t + 31) / 32 * 32));
+}
+
+template <typename T>
+void RmsNormForward(const void* x, const void* weight, void* out, float* inv_rms, int64_t rows, int64_t cols,
+                    float eps, cudaStream_t stream) {
+  int threads = 0, per = 0;
+  RowShape<T>(cols, &threads, &per);
+  const auto* xt = static_cast<const T*>(x);
+  const auto* wt = static_cast<const T*>(weight);
+  auto* ot = static_cast<T*>(out);
+  if (per == 1) {
+    RmsNormForwardKernel<T, 1><<<rows, threads, 0, stream>>>(xt, wt, ot, inv_rms, cols, eps);
+  } else {
+    RmsNormForwardKernel<T, 2><<<rows, threads, 0, stream>>>(xt, wt, ot, inv_rms, cols, eps);
+  }
+}
+
+template <typename T>
+void RmsNormBackward(const void* grad_out, const void* x, const void* weight, const float* inv_rms, void* grad_x,
+                     float* partials, int64_t rows, int64_t cols, cudaStream_t stream) {
+  int threads = 0, per = 0;
+  RowShape<T>(cols, &threads, &per);
+  const int blocks = static_cast<int>(RmsNormBackwardPartials(rows));
+  const auto* gt = static_cast<const T*>(grad_out);
+  const auto* xt = static_cast<const T*>(x);
+  const auto* wt = static_cast<const T*>(weight);
+  auto* gxt = static_cast<T*>(grad_x);
+  if (per == 1) {
+    RmsNormBackwardKernel<T, 1><<<blocks, threads, 0, stream>>>(gt, xt, wt, inv_rms, gxt, partials, rows, cols);
+  } else {
+    RmsNormBackwardKernel<T, 2><<<blocks, threads, 0, stream>>>(gt, xt, wt, inv_rms, gxt, partials, rows, cols);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// RoPE. One thread per (token, head, vector of the first half): it loads the
+// matching vector of the second half too, since rotate_half pairs element j
+// with element j + head_dim / 2.
+
+template <typename T, bool kBackward>
+__global__ void RopeKernel(const T* __restrict__ in, const T* __restrict__ cos, const T* __restrict__ sin,
+                           T* __restrict__ out, int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim) {
+  constexpr int kN = Vec<T>::kN;
+  const int64_t half = head_dim / 2;
+  const int64_t chunks = half / kN;
+  const int64_t total = tokens * heads * chunks;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    const int64_t chunk = i % chunks;
+    const int64_t token_head = i / chunks;
+    const int64_t pos = (token_head / heads) % seq;
+    const int64_t base = token_head * head_dim + chunk * kN;
+    const int64_t table = pos * head_dim + chunk * kN;
+    const Vec<T> a = *reinterpret_cast<const Vec<T>*>(in + base);
+    const Vec<T> b = *reinterpret_cast<const Vec<T>*>(in + base + half);
+    const Vec<T> c1 = *reinterpret_cast<const Vec<T>*>(cos + table);
+    const Vec<T> c2 = *reinterpret_cast<const Vec<T>*>(cos + table + half);
+    const Vec<T> s1 = *reinterpret_cast<const Vec<T>*>(sin + table);
+    const Vec<T> s2 = *reinterpret_cast<const Vec<T>*>(sin + table + half);
+    Vec<T> o1, o2;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const float x1 = ToFloat(a.v[j]), x2 = ToFloat(b.v[j]);
+      if constexpr (kBackward) {
+        // x1 reaches out1 through cos1 and out2 through sin2; x2 reaches out2
+        // through cos2 and out1 through -sin1.
+        o1.v[j] = FromFloat<T>(x1 * ToFloat(c1.v[j]) + x2 * ToFloat(s2.v[j]));
+        o2.v[j] = FromFloat<T>(x2 * ToFloat(c2.v[j]) - x1 * ToFloat(s1.v[j]));
+      } else {
+        // x * cos + rotate_half(x) * sin, each product rounded as LibTorch's.
+        o1.v[j] = FromFloat<T>(Round<T>(x1 * ToFloat(c1.v[j])) + Round<T>(-x2 * ToFloat(s1.v[j])));
+        o2.v[j] = FromFloat<T>(Round<T>(x2 * ToFloat(c2.v[j])) + Round<T>(x1 * ToFloat(s2.v[j])));
+      }
+    }
+    *reinterpret_cast<Vec<T>*>(out + base) = o1;
+    *reinterpret_cast<Vec<T>*>(out + base + half) = o2;
+  }
+}
+
+template <typename T, bool kBackward>
+void Rope(const void* in, const void* cos, const void* sin, void* out, int64_t tokens, int64_t seq, int64_t heads,
+          int64_t head_dim, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const int64_t work = tokens * heads * (head_dim / 2 / Vec<T>::kN);
+  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((work + kThreads - 1) / kThreads, 132 * 16)));
+  RopeKernel<T, kBackward><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<const T*>(cos),
+                                                          static_cast<const T*>(sin), static_cast<T*>(out), tokens,
+                                                          seq, heads, head_dim);
+}
+
+// ---------------------------------------------------------------------------
+// SwiGLU. Grid-stride over 16-byte vectors when every pointer allows it, a
+// scalar loop otherwise (and for the tail).
+
+template <typename T>
+__device__ __forceinline__ void SwiGluForward1(T gate, T up, T* out) {
+  const float g = ToFloat(gate);
+  const float silu = Round<T>(g / (1.f + expf(-g)));  // at::silu, in T
+  *out = FromFloat<T>(silu * ToFloat(up));
+}
+
+template <typename T>
+__device__ __forceinline__ void SwiGluBackward1(T grad, T gate, T up, T* grad_gate, T* grad_up) {
+  const float dy = ToFloat(grad), g = ToFloat(gate), u = ToFloat(up);
+  const float e = expf(-g);
+  const float sig = 1.f / (1.f + e);
+  const float silu = Round<T>(g / (1.f + e));  // as the forward computed it
+  const float dsilu = Round<T>(dy * u);  // the product's gradient w.r.t. silu(gate), in T
+  *grad_up = FromFloat<T>(dy * silu);
+  *grad_gate = FromFloat<T>(dsilu * sig * (1.f + g * (1.f - sig)));
+}
+
+template <typename T, bool kVector>
+__global__ void SwiGluForwardKernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ out,
+                                    int64_t n) {
+  constexpr int kN = Vec<T>::kN;
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t scalar_begin = 0;
+  if constexpr (kVector) {
+    for (int64_t i = first; i < n / kN; i += stride) {
+      const Vec<T> g = reinterpret_cast<const Vec<T>*>(gate)[i], u = reinterpret_cast<const Vec<T>*>(up)[i];
+      Vec<T> o;
+#pragma unroll
+      for (int j = 0; j < kN; ++j) SwiGluForward1(g.v[j], u.v[j], &o.v[j]);
+      reinterpret_cast<Vec<T>*>(out)[i] = o;
+    }
+    scalar_begin = n / kN * kN;
+  }
+  for (int64_t i = scalar_begin + first; i < n; i += stride) SwiGluForward1(gate[i], up[i], &out[i]);
+}
+
+template <typename T, bool kVector>
+__global__ void SwiGluBackwardKernel(const T* __restrict__ grad, const T* __restrict__ gate, const T* __restrict__ up,
+                                     T* __restrict__ grad_gate, T* __restrict__ grad_up, int64_t n) {
+  constexpr int kN = Vec<T>::kN;
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t scalar_begin = 0;
+  if constexpr (kVector) {
+    for (int64_t i = first; i < n / kN; i += stride) {
+      const Vec<T> d = reinterpret_cast<const Vec<T>*>(grad)[i];
+      const Vec<T> g = reinterpret_cast<const Vec<T>*>(gate)[i], u = reinterpret_cast<const Vec<T>*>(up)[i];
+      Vec<T> dg, du;
+#pragma unroll
+      for (int j = 0; j < kN; ++j) SwiGluBackward1(d.v[j], g.v[j], u.v[j], &dg.v[j], &du.v[j]);
+      reinterpret_cast<Vec<T>*>(grad_gate)[i] = dg;
+      reinterpret_cast<Vec<T>*>(grad_up)[i] = du;
+    }
+    scalar_begin = n / kN * kN;
+  }
+  for (int64_t i = scalar_begin + first; i < n; i += stride)
+    SwiGluBackward1(grad[i], gate[i], up[i], &grad_gate[i], &grad_up[i]);
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+int ElementwiseBlocks(int64_t work) {
+  constexpr int64_t kThreads = 256;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((work + kThreads - 1) / kThreads, 132 * 16)));
+}
+
+template <typename T>
+void SwiGluForward(const void* gate, const void* up, void* out, int64_t n, cudaStream_t stream) {
+  const auto* g = static_cast<const T*>(gate);
+  const auto* u = static_cast<const T*>(up);
+  auto* o = static_cast<T*>(out);
+  if (Aligned16(gate) && Aligned16(up) && Aligned16(out)) {
+    SwiGluForwardKernel<T, true><<<ElementwiseBlocks(n / Vec<T>::kN + 1), 256, 0, stream>>>(g, u, o, n);
+  } else {
+    SwiGluForwardKernel<T, false><<<ElementwiseBlocks(n), 256, 0, stream>>>(g, u, o, n);
+  }
+}
+
+template <typename T>
+void SwiGluBackward(const void* grad, const void* gate, const void* up, void* grad_gate, void* grad_up, int64_t n,
+                    cudaStream_t stream) {
+  const auto* d = static_cast<const T*>(grad);
+  const auto* g = static_cast<const T*>(gate);
+  const auto* u = static_cast<const T*>(up);
+  auto* dg = static_cast<T*>(grad_gate);
+  auto* du = static_cast<T*>(grad_up);
+  if (Aligned16(grad) && Aligned16(gate) && Aligned16(up) && Aligned16(grad_gate) && Aligned16(grad_up)) {
+    SwiGluBackwardKernel<T, true><<<ElementwiseBlocks(n / Vec<T>::kN + 1), 256, 0, stream>>>(d, g, u, dg, du, n);
+  } else {
+    SwiGluBackwardKernel<T, false><<<ElementwiseBlocks(n), 256, 0, stream>>>(d, g, u, dg, du, n);
+  }
+}
+
+void CheckLaunch(const char* what) {
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) throw std::runtime_error(std::string(what) + " launch failed: " + cudaGetErrorString(error));
+}
+
+}  // namespace
+
+int64_t RmsNormBackwardPartials(int64_t rows) { return std::max<int64_t>(1, std::min(rows, kRmsNormBackwardMaxPartials)); }
+
+void LaunchRmsNormForward(KernelDType dtype, const void* x, const void* weight, void* out, float* inv_rms,
+                          int64_t rows, int64_t cols, float eps, void* stream) {
+  if (rows <= 0) return;
+  auto st = static_cast<cudaStream_t>(stream);
+  if (dtype == KernelDType::kBF16) {
+    RmsNormForward<__nv_bfloat16>(x, weight, out, inv_rms, rows, cols, eps, st);
+  } else {
+    RmsNormForward<float>(x, weight, out, inv_rms, rows, cols, eps, st);
+  }
+  CheckLaunch("RMSNorm forward");
+}
+
+void LaunchRmsNormBackward(KernelDType dtype, const void* grad_out, const void* x, const void* weight,
+                           const float* inv_rms, void* grad_x, float* grad_weight_partials, int64_t rows,
+                           int64_t cols, void* stream) {
+  if (rows <= 0) return;
+  auto st = static_cast<cudaStream_t>(stream);
+  if (dtype == KernelDType::kBF16) {
+    RmsNormBackward<__nv_bfloat16>(grad_out, x, weight, inv_rms, grad_x, grad_weight_partials, rows, cols, st);
+  } else {
+    RmsNormBackward<float>(grad_out, x, weight, inv_rms, grad_x, grad_weight_partials, rows, cols, st);
+  }
+  CheckLaunch("RMSNorm backward");
+}
+
+void LaunchRopeForward(KernelDType dtype, const void* x, const void* cos, const void* sin, void* out,
+                       int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim, void* stream) {
+  if (tokens <= 0) return;
+  auto st = static_cast<cudaStream_t>(stream);
+  if (dtype == KernelDType::kBF16) {
+    Rope<__nv_bfloat16, false>(x, cos, sin, out, tokens, seq, heads, head_dim, st);
+  } else {
+    Rope<float, false>(x, cos, sin, out, tokens, seq, heads, head_dim, st);
+  }
+  CheckLaunch("RoPE forward");
+}
+
+void LaunchRopeBackward(KernelDType dtype, const void* grad_out, const void* cos, const void* sin, void* grad_x,
+                        int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim, void* stream) {
+  if (tokens <= 0) return;
+  auto st = static_cast<cudaStream_t>(stream);
+  if (dtype == KernelDType::kBF16) {
+    Rope<__nv_bfloat16, true>(grad_out, cos, sin, grad_x, tokens, seq, heads, head_dim, st);
+  } else {
+    Rope<float, true>(grad_out, cos, sin, grad_x, tokens, seq, heads, head_dim, st);
+  }
+  CheckLaunch("RoPE backward");
+}
+
+void LaunchSwiGluForward(KernelDType dtype, const void* gate, const void* up, void* out, int64_t n, void* stream) {
+  if (n <= 0) return;
+  auto st = static_cast<cudaStream_t>(stream);
+  if (dtype == KernelDType::kBF16) {
+    SwiGluForward<__nv_bfloat16>(gate, up, out, n, st);
+  } else {
+    SwiGluForward<float>(gate, up, out, n, st);
+  }
+  CheckLaunch("SwiGLU forward");
+}
+
+void LaunchSwiGluBackward(KernelDType dtype, const void* grad_out, const void* gate, const void* up,
+                          void* grad_gate, void* grad_up, int64_t n, void* stream) {
+  if (n <= 0) return;
+  auto st = static_cast<cudaStream_t>(stream);
+  if (dtype == KernelDType::kBF16) {
+    SwiGluBackward<__nv_bfloat16>(grad_out, gate, up, grad_gate, grad_up, n, st);
+  } else {
+    SwiGluBackward<float>(grad_out, gate, up, grad_gate, grad_up, n, st);
+  }
+  CheckLaunch("SwiGLU backward");
+}
+
+}  // namespace llmplan::executor

@@ -1,0 +1,41 @@
+// Block ops: the memory-bound operations of a Llama block — RMSNorm, RoPE,
+// SwiGLU — as LlamaModel calls them. Each has two implementations with the
+// same numerics (see block_kernels.h):
+//   - the fused CUDA kernels with their own autograd backward, used for CUDA
+//     tensors when the executor is built with CUDA, the model's shapes fit
+//     (base/block_kernel_shapes.h) and the plan asks for them
+//     (Plan::fused_block_kernels, the default);
+//   - the composite form: LibTorch ops, any device, autograd as LibTorch does it
+//     (HF LlamaForCausalLM's exact statements). CPU runs use it.
+// The planner's memory and work models follow the same rule
+// (ActivationShape::fused_block_kernels).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace llmplan::executor {
+
+// Whether this executor has the fused kernels: built with CUDA.
+bool BlockKernelsBuilt();
+
+// How a block's ops run; LlamaModel decides once per block call (all three
+// fused or none, as the planner assumes) with BlockOpsFormFor.
+enum class BlockOpsForm { kComposite, kFused };
+
+// kFused when `requested`, `x` is a CUDA tensor, BlockKernelsBuilt() and the
+// shapes fit (BlockKernelsFit for x's element size); kComposite otherwise.
+BlockOpsForm BlockOpsFormFor(bool requested, const at::Tensor& x, int64_t hidden, int64_t head_dim);
+
+// HF LlamaRMSNorm: weight * (xf * rsqrt(mean(xf^2, -1) + eps)).to(dtype),
+// xf = x.to(fp32). x [..., cols], weight [cols] in x's dtype.
+at::Tensor RmsNorm(BlockOpsForm form, const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// Rotary embedding, rotate-half layout, on x [B, T, heads, head_dim] (the
+// projection's output viewed per head, before the transpose to [B, H, T, D]);
+// cos and sin [T, head_dim] in x's dtype. Returns [B, T, heads, head_dim].
+at::Tensor ApplyRope(BlockOpsForm form, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+// silu(gate) * up, gate and up of one shape and dtype.
+at::Tensor SwiGlu(BlockOpsForm form, const at::Tensor& gate, const at::Tensor& up);
+
+}  // namespace llmplan::executor
