@@ -2,6 +2,8 @@
 // code statement by statement; the comments name the statement.
 #include "planner/memory_model.h"
 
+#include "base/block_kernel_shapes.h"
+
 #include <algorithm>
 #include <array>
 #include <stdexcept>
@@ -45,7 +47,7 @@ void MemoryScript::FreeAll(std::span<const int> ids) {
 }
 
 ActivationShape ShapeOf(const ModelSpec& m, int64_t micro_batch, int64_t seq_len, int compute_bytes,
-                        int64_t loss_chunk_tokens, bool cpu_device) {
+                        int64_t loss_chunk_tokens, bool cpu_device, bool fused_block_kernels) {
   ActivationShape a;
   a.batch = static_cast<double>(micro_batch);
   a.seq = static_cast<double>(seq_len);
@@ -60,6 +62,7 @@ ActivationShape ShapeOf(const ModelSpec& m, int64_t micro_batch, int64_t seq_len
   a.compute_bytes = compute_bytes;
   a.loss_chunk = static_cast<double>(loss_chunk_tokens);
   a.fused_attention = !cpu_device;
+  a.fused_block_kernels = fused_block_kernels && !cpu_device && BlockKernelsFit(compute_bytes, m.hidden, m.head_dim);
   return a;
 }
 
@@ -79,14 +82,28 @@ struct Sizes {
         KV(c * a.kv * a.tokens),
         I(c * a.inter * a.tokens),
         L(4 * a.heads * a.tokens),
-        fp32(c == 4) {}
+        fp32(c == 4),
+        fused(a.fused_block_kernels) {}
   double c, H, F, R, Q, KV, I, L;
-  bool fp32;  // compute in fp32: .to(kFloat) is the tensor itself
+  bool fp32;   // compute in fp32: .to(kFloat) is the tensor itself
+  bool fused;  // the fused block kernels, not LibTorch's composite ops
 };
 
-// LlamaModel::RmsNorm(x, w) = w * (xf * rsqrt(mean(xf^2) + eps)).to(dtype),
-// xf = x.to(float). Returns the output; `saved` gets what autograd keeps.
+// RmsNorm(x, w) = w * (xf * rsqrt(mean(xf^2) + eps)).to(dtype), xf =
+// x.to(float) (executor/model/block_ops.h). Returns the output; `saved` gets
+// what autograd keeps. The fused kernel keeps x itself (the caller's tensor,
+// saved by the caller where nothing else holds it) and one fp32 number per row.
 int RmsNorm(const Sizes& z, bool keep_graph, MemoryScript& s, std::vector<int>& saved) {
+  if (z.fused) {
+    const int inv = s.Alloc(keep_graph ? kSaved : kTemp, z.R);
+    const int out = s.Alloc(kSaved, z.H);
+    if (keep_graph) {
+      saved.push_back(inv);
+    } else {
+      s.Free(inv);
+    }
+    return out;
+  }
   // at::Tensor xf = x.to(at::kFloat);   (x itself when already fp32)
   const int xf = z.fp32 ? -1 : s.Alloc(kSaved, z.F);
   // at::Tensor inv_rms = at::rsqrt(xf.pow(2).mean(-1, true) + eps);
@@ -111,8 +128,14 @@ int RmsNorm(const Sizes& z, bool keep_graph, MemoryScript& s, std::vector<int>& 
 
 // ApplyRope(x) = x * cos + RotateHalf(x) * sin, RotateHalf = cat(-x2, x1).
 // Returns the rotated tensor; `x` (the projection's output) is freed when
-// its variable is reassigned.
-int Rope(double bytes, int x, MemoryScript& s) {
+// its variable is reassigned. The fused kernel writes the output directly and
+// saves nothing but the (shared) cos and sin tables.
+int Rope(const Sizes& z, double bytes, int x, MemoryScript& s) {
+  if (z.fused) {
+    const int out = s.Alloc(kSaved, bytes);
+    s.Free(x);
+    return out;
+  }
   const int xc = s.Alloc(kTemp, bytes);               // x * cos
   const int neg = s.Alloc(kTemp, bytes / 2);          // -x.narrow(...)
   const int rotated = s.Alloc(kTemp, bytes);          // at::cat(...)
@@ -143,8 +166,8 @@ BlockLocals BlockBody(const ActivationShape& a, const Sizes& z, bool keep_graph,
   int q = s.Alloc(kTemp, z.Q);
   int k = s.Alloc(kTemp, z.KV);
   const int v = s.Alloc(keep_graph ? kSaved : kTemp, z.KV);
-  q = Rope(z.Q, q, s);
-  k = Rope(z.KV, k, s);
+  q = Rope(z, z.Q, q, s);
+  k = Rope(z, z.KV, k, s);
   std::vector<int> attention_locals;
   int attn = -1;
   if (a.fused_attention) {
@@ -187,11 +210,18 @@ BlockLocals BlockBody(const ActivationShape& a, const Sizes& z, bool keep_graph,
   const int o = s.Alloc(kTemp, z.H);
   b.h = s.Alloc(kTemp, z.H);
   s.Free(o);
-  // SwiGLU MLP: at::linear(at::silu(at::linear(mn, gate)) * at::linear(mn, up), down). All four
-  // intermediates live to the end of the statement (and autograd keeps them).
+  if (z.fused && keep_graph) {
+    // The fused post-attention norm saves its input h for its backward.
+    saved.push_back(b.h);
+    b.h = -1;
+  }
+  // SwiGLU MLP: at::linear(SwiGlu(at::linear(mn, gate), at::linear(mn, up)), down). Every
+  // intermediate lives to the end of the statement, and autograd keeps them: up, gate, then
+  // silu(gate) in the composite form (the fused kernel recomputes it), then the product.
   const int mn = RmsNorm(z, keep_graph, s, saved);
-  const std::array<int, 4> mlp_temps = {s.Alloc(kSaved, z.I), s.Alloc(kSaved, z.I), s.Alloc(kSaved, z.I),
-                                        s.Alloc(kSaved, z.I)};  // up, gate, silu, product
+  std::vector<int> mlp_temps = {s.Alloc(kSaved, z.I), s.Alloc(kSaved, z.I)};  // up, gate
+  if (!z.fused) mlp_temps.push_back(s.Alloc(kSaved, z.I));                   // silu
+  mlp_temps.push_back(s.Alloc(kSaved, z.I));                                 // product
   b.mlp = s.Alloc(kTemp, z.H);
   if (keep_graph) {
     // The down projection's input (the product) last: its backward runs first.
@@ -283,13 +313,25 @@ int BlockBackward(const ActivationShape& a, const SavedTensors& forward, int flo
 
 int HeadBackward(const ActivationShape& a, const SavedTensors& forward, MemoryScript& s) {
   const Sizes z(a);
-  // forward.saved = {xf, inv, normed (the norm's), grad_hidden, grad_weight}.
+  // forward.saved = {the norm's (xf, inv, normed; fused: inv), grad_hidden, grad_weight}.
   std::vector<int> saved = forward.saved;
   const int grad_weight = saved.back();
   saved.pop_back();
   const int grad_hidden = saved.back();
   saved.pop_back();
   s.Free(grad_weight);  // added in place into the flat gradient, then dropped
+  if (z.fused) {
+    // The fused norm's backward: its input's gradient and the weight
+    // gradient's fp32 partial sums (block_kernels.h), then the incoming
+    // gradient dies.
+    const int partials = s.Alloc(kTemp, 4 * a.hidden * std::min(a.tokens, static_cast<double>(kRmsNormBackwardMaxPartials)));
+    const int sent = s.Alloc(kSaved, z.H);
+    s.Free(partials);
+    s.Free(grad_hidden);
+    s.FreeAll(saved);
+    s.Free(forward.output);
+    return sent;
+  }
   // The final norm's backward: mixed-precision temporaries a few [tokens, hidden] wide.
   const int t1 = s.Alloc(kTemp, z.H);
   s.Free(grad_hidden);

@@ -73,9 +73,13 @@ struct ActivationShape {
   double compute_bytes = 2;  // bf16 (2) or fp32 (4)
   double loss_chunk = 1024;  // tokens per chunk of the cross-entropy
   bool fused_attention = true;  // GPU: fused kernel; CPU: plain attention
+  // GPU, shapes fitting base/block_kernel_shapes.h: RMSNorm, RoPE and SwiGLU
+  // are the executor's fused kernels; otherwise LibTorch's composite ops.
+  bool fused_block_kernels = true;
 };
+// fused_block_kernels: Plan::fused_block_kernels (the kernels run only on a GPU).
 ActivationShape ShapeOf(const ModelSpec& model, int64_t micro_batch, int64_t seq_len, int compute_bytes,
-                        int64_t loss_chunk_tokens, bool cpu_device);
+                        int64_t loss_chunk_tokens, bool cpu_device, bool fused_block_kernels);
 
 // What one unit's forward leaves for its backward.
 struct SavedTensors {

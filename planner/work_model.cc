@@ -11,20 +11,42 @@ namespace {
 // Per-token tensor sizes in bytes.
 struct PerToken {
   explicit PerToken(const ActivationShape& a)
-      : c(a.compute_bytes), H(c * a.hidden), F(4 * a.hidden), Q(c * a.q), KV(c * a.kv), I(c * a.inter) {}
+      : c(a.compute_bytes),
+        H(c * a.hidden),
+        F(4 * a.hidden),
+        Q(c * a.q),
+        KV(c * a.kv),
+        I(c * a.inter),
+        fused(a.fused_block_kernels) {}
   double c, H, F, Q, KV, I;
+  bool fused;  // the fused block kernels (executor/model/block_kernels.h)
 };
 
-// RMSNorm forward: x.to(f32) (H+F), pow (2F), mean (F), xf*inv (2F),
-// .to(dtype) (F+H), weight*normed (2H); the casts vanish in fp32.
+// RMSNorm forward. Composite: x.to(f32) (H+F), pow (2F), mean (F), xf*inv
+// (2F), .to(dtype) (F+H), weight*normed (2H); the casts vanish in fp32. Fused:
+// read x, write the output and 1/rms.
 double RmsNormBytes(const PerToken& z) {
+  if (z.fused) return 2 * z.H + 4;
   const double casts = z.c == 4 ? 0 : 2 * (z.H + z.F);
   return casts + 5 * z.F + 2 * z.H;
 }
-constexpr int kRmsNormLaunches = 7;
+int RmsNormLaunches(const PerToken& z) { return z.fused ? 1 : 7; }
+// RMSNorm backward. Fused: read the gradient, x and 1/rms, write x's
+// gradient; then the weight gradient's partial sums are summed and cast (2
+// small launches). Composite: about twice its forward.
+double RmsNormBackwardBytes(const PerToken& z) { return z.fused ? 3 * z.H + 4 : 2 * RmsNormBytes(z); }
+int RmsNormBackwardLaunches(const PerToken& z) { return z.fused ? 3 : 2 * RmsNormLaunches(z); }
 
-// RoPE of a tensor of `x` bytes per token: x*cos, neg, cat, *sin, + -> 10x.
-double RopeBytes(double x) { return 10 * x; }
+// RoPE of a tensor of `x` bytes per token. Composite: x*cos, neg, cat, *sin,
+// + -> 10x. Fused: read and write once (forward and backward alike).
+double RopeBytes(const PerToken& z, double x) { return z.fused ? 2 * x : 10 * x; }
+int RopeLaunches(const PerToken& z) { return z.fused ? 1 : 5; }
+
+// SwiGLU forward. Composite: silu (2I), product (3I). Fused: read gate and
+// up, write the product. Its fused backward reads the gradient, gate and up
+// and writes two gradients.
+double SwiGluBytes(const PerToken& z) { return z.fused ? 3 * z.I : 5 * z.I; }
+int SwiGluLaunches(const PerToken& z) { return z.fused ? 1 : 2; }
 
 }  // namespace
 
@@ -55,11 +77,11 @@ OpWork BlockForwardWork(const ActivationShape& a) {
   // Most FLOPs sit in the q/o and MLP GEMMs, whose smallest side is h or t.
   w.gemm_min_dim = std::min(t, h);
   w.attention_flops = 2 * a.batch * a.seq * a.seq * q;  // QK^T and PV, causal half
-  // Two RMSNorms, RoPE on q and k, two residual adds (3H each), silu (2I) and
-  // the product (3I).
-  w.elementwise_bytes = t * (2 * RmsNormBytes(z) + RopeBytes(z.Q) + RopeBytes(z.KV) + 6 * z.H + 5 * z.I);
-  // 7 GEMMs, 2 x 7 for the norms, 2 x 5 for RoPE, attention, 2 adds, silu, product.
-  w.launches = 7 + 2 * kRmsNormLaunches + 10 + 2 + 4;
+  // Two RMSNorms, RoPE on q and k, two residual adds (3H each), SwiGLU.
+  w.elementwise_bytes = t * (2 * RmsNormBytes(z) + RopeBytes(z, z.Q) + RopeBytes(z, z.KV) + 6 * z.H + SwiGluBytes(z));
+  // 7 GEMMs, the norms, RoPE on q and k, attention, 2 adds, SwiGLU; 2 more
+  // small kernels of LibTorch's composite form.
+  w.launches = 7 + 2 * RmsNormLaunches(z) + 2 * RopeLaunches(z) + 1 + 2 + SwiGluLaunches(z) + (z.fused ? 0 : 1);
   return w;
 }
 
@@ -69,12 +91,21 @@ OpWork BlockBackwardWork(const ActivationShape& a, double block_params) {
   w.gemm_flops *= 2;              // dX and dW
   w.attention_flops *= 2.5;       // flash backward: five matmuls to forward's two
   w.attention_backward = true;
-  // Each memory-bound kernel's backward reads its output gradient and saved
-  // inputs and writes the input gradients: about twice its forward; then the
-  // gradients of tensors used twice are summed (hn by q/k/v, mn by gate/up,
-  // the residual stream twice: ~4 x 3H), and every weight gradient is added
-  // into the flat gradient (read both, write one).
-  w.elementwise_bytes = 2 * w.elementwise_bytes + a.tokens * 12 * z.H + 3 * z.c * block_params;
+  // The gradients of tensors used twice are summed (hn by q/k/v, mn by
+  // gate/up, the residual stream twice: ~4 x 3H), and every weight gradient
+  // is added into the flat gradient (read both, write one).
+  const double sums = a.tokens * 12 * z.H + 3 * z.c * block_params;
+  if (z.fused) {
+    // Each fused kernel's backward, as block_kernels.h states: the norms,
+    // RoPE (read and write), SwiGLU (read 3, write 2).
+    w.elementwise_bytes = a.tokens * (2 * RmsNormBackwardBytes(z) + 2 * (z.Q + z.KV) + 5 * z.I) + sums;
+    // 14 GEMMs, the norms, RoPE, SwiGLU, attention, and 9 adds and copies.
+    w.launches = 14 + 2 * RmsNormBackwardLaunches(z) + 2 + 1 + 1 + 9;
+    return w;
+  }
+  // Each composite kernel's backward reads its output gradient and saved
+  // inputs and writes the input gradients: about twice its forward.
+  w.elementwise_bytes = 2 * w.elementwise_bytes + sums;
   w.launches = 2 * w.launches + 9;
   return w;
 }
@@ -98,7 +129,7 @@ OpWork HeadForwardWork(const ActivationShape& a) {
   const double per_vocab = z.c == 4 ? 52 : 3 * z.c + 56;
   w.elementwise_bytes = t * (RmsNormBytes(z) + per_vocab * v) + z.c * v * h;
   const double chunks = std::ceil(t / std::max(1.0, a.loss_chunk));
-  w.launches = kRmsNormLaunches + 3 + static_cast<int>(12 * chunks);
+  w.launches = RmsNormLaunches(z) + 3 + static_cast<int>(12 * chunks);
   return w;
 }
 
@@ -107,8 +138,8 @@ OpWork HeadBackwardWork(const ActivationShape& a, double matrix_params) {
   OpWork w;
   // Scale the two gradients the forward made by the loss's seed (in place),
   // add d W into the flat gradient, and the final norm's backward.
-  w.elementwise_bytes = a.tokens * (2 * z.H + 2 * RmsNormBytes(z)) + 2 * z.c * matrix_params + 3 * z.c * matrix_params;
-  w.launches = 2 * kRmsNormLaunches + 4;
+  w.elementwise_bytes = a.tokens * (2 * z.H + RmsNormBackwardBytes(z)) + 2 * z.c * matrix_params + 3 * z.c * matrix_params;
+  w.launches = RmsNormBackwardLaunches(z) + 4;
   return w;
 }
 

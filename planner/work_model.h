@@ -3,10 +3,11 @@
 // kernels, kernel launches — the one home of "how much work" for the step
 // program (and so the cost model, the simulator and calibration).
 //
-// Like planner/memory_model.h it follows the executor's code rather than an
-// ideal fused implementation: RMSNorm in fp32 with separate casts, RoPE as
-// multiply / rotate / multiply / add, SwiGLU as silu and a product, the
-// chunked cross-entropy that computes its gradients in the forward (so the
+// Like planner/memory_model.h it follows the executor's code: on a GPU the
+// fused RMSNorm, RoPE and SwiGLU kernels (executor/model/block_kernels.h), one
+// pass each; on a CPU LibTorch's composite form (RMSNorm in fp32 with separate
+// casts, RoPE as multiply / rotate / multiply / add, SwiGLU as silu and a
+// product); on both the chunked cross-entropy that computes its gradients in the forward (so the
 // head's forward does three vocabulary-sized GEMMs and its backward only
 // scales and accumulates), embedding backward into a dense gradient. Each
 // memory-bound kernel counts the bytes it reads and writes once.

@@ -168,19 +168,25 @@ TEST(MemoryModelTest, PaddingRoundsUpToTheShardGroup) {
 }
 
 // What a block keeps from forward to backward, as the executor's autograd
-// graph holds it (planner/memory_model.h), in bf16 on a GPU, per token:
+// graph holds it (planner/memory_model.h), in bf16 on a GPU, per token, with
+// LibTorch's composite block ops:
 //   two RMSNorms: fp32 input copy 4h, normalised 2h, output 2h (+ 4 B 1/rms) -> 16h + 8
 //   rotated q and the attention output 2q + 2q; rotated k and v 2kv + 2kv;
 //   the log-sum-exp 4 B per head; the MLP's up, gate, silu and product 4 x 2i;
 //   and the block's output 2h.
 // = 18h + 4q + 4kv + 8i + 4 heads + 8 — measured on H200 with the caching
 // allocator after each op (Llama-3-8B: 209,032 B/token; Qwen2.5-7B: 232,568).
-Plan ActivationPlan(const ModelSpec& m, int64_t micro_batch, int64_t seq) {
+// With the fused kernels (executor/model/block_ops_cuda.cc) the norms keep
+// their outputs 2 x 2h, 1/rms 2 x 4 B and the post-attention norm's input h
+// (2h); SwiGLU keeps up and gate, the down projection the product: 3 x 2i.
+// = 8h + 4q + 4kv + 6i + 4 heads + 8.
+Plan ActivationPlan(const ModelSpec& m, int64_t micro_batch, int64_t seq, bool fused = false) {
   Plan p;
   p.model = m;
   p.gpus = 1;
   p.micro_batch = micro_batch;
   p.seq_len = seq;
+  p.fused_block_kernels = fused;
   NormaliseGrouping(p);
   return p;
 }
@@ -215,13 +221,47 @@ TEST(MemoryModelTest, BlockActivationsAsMeasured) {
   }
 }
 
+TEST(MemoryModelTest, FusedBlockKernelsKeepLess) {
+  auto h100 = Profile("h100-sxm-80g");
+  {
+    // llama3-8b: 8h = 32,768; 4q = 16,384; 4kv = 4,096; 6i = 86,016; 128; 8 -> 139,400 B/token.
+    auto a = BlockActivations(ActivationPlan(PresetModel("llama3-8b"), 1, 8192, /*fused=*/true), h100);
+    EXPECT_DOUBLE_EQ(a.full, 8192.0 * 139'400);
+    EXPECT_DOUBLE_EQ(a.checkpointed, 8192.0 * 2 * 4096);
+    // The MLP's backward still peaks at its two input gradients.
+    EXPECT_DOUBLE_EQ(a.working, 8192.0 * 4 * 14336);
+  }
+  {
+    // qwen2.5-7b: 28,672 + 14,336 + 2,048 + 113,664 + 112 + 8 = 158,840.
+    auto a = BlockActivations(ActivationPlan(PresetModel("qwen2.5-7b"), 2, 4096, true), h100);
+    EXPECT_DOUBLE_EQ(a.full, 8192.0 * 158'840);
+  }
+  {
+    // A CPU runs the composite ops whatever the plan says.
+    auto a = BlockActivations(ActivationPlan(PresetModel("llama3-8b"), 1, 512, true), Profile("cpu"));
+    auto b = BlockActivations(ActivationPlan(PresetModel("llama3-8b"), 1, 512, false), Profile("cpu"));
+    EXPECT_DOUBLE_EQ(a.full, b.full);
+  }
+  {
+    // A head_dim RoPE's 16-byte vectors do not tile (72 = 2 x 36): composite.
+    ModelSpec m = PresetModel("llama3-8b");
+    m.head_dim = 72;
+    auto a = BlockActivations(ActivationPlan(m, 1, 512, true), h100);
+    auto b = BlockActivations(ActivationPlan(m, 1, 512, false), h100);
+    EXPECT_DOUBLE_EQ(a.full, b.full);
+  }
+}
+
 TEST(MemoryModelTest, ForwardOpsKeepFullOrCheckpointedActivations) {
+  for (const bool fused : {false, true}) {
+  SCOPED_TRACE(fused ? "fused block kernels" : "composite block ops");
   auto h100 = Profile("h100-sxm-80g");
   Plan plan = MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard);
   plan.checkpoint_layers = {0, 5, 31};
+  plan.fused_block_kernels = fused;
   StepProgram prog = BuildStepProgram(plan, h100);
   const double t = static_cast<double>(plan.micro_batch * plan.seq_len);
-  const double full = t * 209'032, ckpt = t * 2 * 4096;
+  const double full = t * (fused ? 139'400 : 209'032), ckpt = t * 2 * 4096;
   int checked = 0;
   for (const auto& op : prog.ops) {
     if (op.kind != OpKind::kForward || prog.units[op.unit].kind != UnitKind::kBlock) continue;
@@ -233,12 +273,14 @@ TEST(MemoryModelTest, ForwardOpsKeepFullOrCheckpointedActivations) {
     const int layer = prog.units[op.unit].layer;
     const bool c = layer == 0 || layer == 5 || layer == 31;
     EXPECT_DOUBLE_EQ(kept, c ? ckpt : full) << op.name;
-    // With the graph, the op peaks 4h per token above what it keeps (the
-    // final residual add beside h and the MLP's output), as measured.
-    if (!c) { EXPECT_DOUBLE_EQ(highest - kept, t * 4 * 4096) << op.name; }
+    // With the graph, the op peaks above what it keeps by the MLP's output
+    // (2h per token) beside the final residual add, and by h too (2h, as
+    // measured) where h is not kept, in the composite form.
+    if (!c) { EXPECT_DOUBLE_EQ(highest - kept, t * (fused ? 2 : 4) * 4096) << op.name; }
     ++checked;
   }
   EXPECT_EQ(checked, 32 * 2);  // 32 blocks x 2 micro-batches
+  }
 }
 
 TEST(MemoryModelTest, BreakdownSumsToDevicePeakAndReservedIsTheAllocatorReplay) {

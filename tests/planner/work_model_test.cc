@@ -10,7 +10,7 @@ namespace llmplan {
 namespace {
 
 // Llama-3.2-1B, 4 x 2048 tokens, bf16, chunks of 1024 tokens.
-ActivationShape Llama1B() { return ShapeOf(PresetModel("llama3.2-1b"), 4, 2048, 2, 1024, false); }
+ActivationShape Llama1B() { return ShapeOf(PresetModel("llama3.2-1b"), 4, 2048, 2, 1024, false, true); }
 
 TEST(WorkModelTest, HeadGemmsAreAsSmallAsOneLossChunk) {
   // The chunked loss multiplies one chunk of tokens at a time: logits
@@ -21,8 +21,32 @@ TEST(WorkModelTest, HeadGemmsAreAsSmallAsOneLossChunk) {
   EXPECT_EQ(w.gemm_min_dim, 1024);
   EXPECT_DOUBLE_EQ(w.gemm_flops, 3 * 2 * a.tokens * a.hidden * a.vocab);
   // A chunk longer than the micro-batch: the tokens are the smallest side.
-  ActivationShape short_batch = ShapeOf(PresetModel("qwen2.5-7b"), 1, 512, 2, 1024, false);
+  ActivationShape short_batch = ShapeOf(PresetModel("qwen2.5-7b"), 1, 512, 2, 1024, false, true);
   EXPECT_EQ(HeadForwardWork(short_batch).gemm_min_dim, 512);
+}
+
+TEST(WorkModelTest, FusedBlockKernelsReadAndWriteOnce) {
+  // Per token, bf16, Llama-3.2-1B (h = q = 2048, kv = 512, i = 8192):
+  // fused: two norms read x and write the output and 1/rms (2 x (4h + 4)),
+  // RoPE on q and k reads and writes once (4q + 4kv), two residual adds (6 x 2h),
+  // SwiGLU reads gate and up and writes the product (3 x 2i).
+  const ActivationShape fused = Llama1B();
+  ActivationShape composite = fused;
+  composite.fused_block_kernels = false;
+  const double h = 2048, q = 2048, kv = 512, i = 8192;
+  EXPECT_DOUBLE_EQ(BlockForwardWork(fused).elementwise_bytes,
+                   fused.tokens * (2 * (4 * h + 4) + 4 * q + 4 * kv + 12 * h + 6 * i));
+  // Composite: each norm 36h (casts 12h, fp32 passes 20h, 4h in bf16), RoPE
+  // 10 passes, SwiGLU 5 x 2i: 2.8x the bytes, and more than twice the launches.
+  EXPECT_DOUBLE_EQ(BlockForwardWork(composite).elementwise_bytes,
+                   composite.tokens * (2 * 36 * h + 20 * q + 20 * kv + 12 * h + 10 * i));
+  EXPECT_EQ(BlockForwardWork(fused).launches, 15);
+  EXPECT_EQ(BlockForwardWork(composite).launches, 37);
+  // The GEMMs and attention do not change.
+  EXPECT_DOUBLE_EQ(BlockForwardWork(fused).gemm_flops, BlockForwardWork(composite).gemm_flops);
+  EXPECT_LT(BlockBackwardWork(fused, 6e7).elementwise_bytes, BlockBackwardWork(composite, 6e7).elementwise_bytes);
+  // No fused kernels on a CPU.
+  EXPECT_FALSE(ShapeOf(PresetModel("llama3.2-1b"), 4, 2048, 2, 1024, /*cpu_device=*/true, true).fused_block_kernels);
 }
 
 TEST(WorkModelTest, HeadCountsEveryVocabularySizedPassOfTheLoss) {
@@ -36,7 +60,7 @@ TEST(WorkModelTest, HeadCountsEveryVocabularySizedPassOfTheLoss) {
   EXPECT_GT(rest, 0);
   EXPECT_LT(rest, 0.05 * vocab_bytes);  // norm (~40 bytes x hidden per token) and d W (2 x vocab x hidden)
   // fp32: the two casts vanish (52 bytes).
-  const ActivationShape f = ShapeOf(PresetModel("llama3.2-1b"), 4, 2048, 4, 1024, false);
+  const ActivationShape f = ShapeOf(PresetModel("llama3.2-1b"), 4, 2048, 4, 1024, false, true);
   EXPECT_GT(HeadForwardWork(f).elementwise_bytes, 52 * f.tokens * f.vocab);
   EXPECT_LT(HeadForwardWork(f).elementwise_bytes, 1.05 * 52 * f.tokens * f.vocab);
 }

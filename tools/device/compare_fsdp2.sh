@@ -9,7 +9,10 @@
 # FSDP2 reference figures quoted in the README were measured. --compile adds a torch.compile-per-block FSDP2
 # run. Results go to $OUT/compare/ when $OUT is set (they come back with the
 # device call): llmplan_run/ (metrics.jsonl, summary.json), llmplan.log,
-# fsdp2_eager.json [, fsdp2_compiled.json], compare.json.
+# fsdp2_eager.json [, fsdp2_compiled.json], compare.json. With
+# LLMPLAN_COMPARE_COMPOSITE=1 the plan also runs with LibTorch's composite block
+# ops (fused_block_kernels false; llmplan_composite_run/). The last column is
+# llmplan's tokens/s over each row's.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 plan="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
@@ -37,6 +40,16 @@ tokens="$build/compare_tokens.bin"
 echo "== llmplan run ($gpus GPU(s))"
 rm -rf "$out/llmplan_run"
 "$llmplan" run --plan "$plan" --data "$tokens" --steps "$steps" --out "$out/llmplan_run" 2>&1 | tee "$out/llmplan.log"
+if [ "${LLMPLAN_COMPARE_COMPOSITE:-0}" = 1 ]; then
+  # The same plan with LibTorch's composite RMSNorm/RoPE/SwiGLU instead of
+  # the fused kernels: what the kernels are worth, side by side.
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); p=j.get("plan", j); p["fused_block_kernels"]=False; json.dump(j, open(sys.argv[2], "w"), indent=1)' \
+    "$plan" "$out/plan_composite.json"
+  echo "== llmplan run, composite block ops ($gpus GPU(s))"
+  rm -rf "$out/llmplan_composite_run"
+  "$llmplan" run --plan "$out/plan_composite.json" --data "$tokens" --steps "$steps" --out "$out/llmplan_composite_run" \
+    2>&1 | tee "$out/llmplan_composite.log"
+fi
 
 fsdp2() {  # $1: result file, then extra flags
   local result="$1"
@@ -61,15 +74,21 @@ out = sys.argv[1]
 rows = []
 s = json.load(open(os.path.join(out, "llmplan_run", "summary.json")))
 rows.append(("llmplan", s["mean_tokens_per_s_per_gpu"], s["mean_mfu"], s["peak_allocated_bytes"], s["peak_reserved_bytes"]))
+composite = os.path.join(out, "llmplan_composite_run", "summary.json")
+if os.path.exists(composite):
+    c = json.load(open(composite))
+    rows.append(("llmplan composite", c["mean_tokens_per_s_per_gpu"], c["mean_mfu"], c["peak_allocated_bytes"],
+                 c["peak_reserved_bytes"]))
 for mode in ("eager", "compiled"):
     path = os.path.join(out, f"fsdp2_{mode}.json")
     if os.path.exists(path):
         r = json.load(open(path))
         rows.append((f"fsdp2 {mode}", r["tokens_per_s_per_gpu"], r["mfu"], r["peak_allocated_bytes"],
                      r["peak_reserved_bytes"]))
-print(f"{'run':<16} {'tokens/s':>12} {'MFU':>7} {'peak alloc GiB':>15} {'reserved GiB':>13}")
+print(f"{'run':<18} {'tokens/s':>12} {'MFU':>7} {'peak alloc GiB':>15} {'reserved GiB':>13} {'x llmplan':>10}")
 for name, tps, mfu, alloc, res in rows:
-    print(f"{name:<16} {tps:>12,.0f} {100 * mfu:>6.1f}% {alloc / 2**30:>15.2f} {res / 2**30:>13.2f}")
+    print(f"{name:<18} {tps:>12,.0f} {100 * mfu:>6.1f}% {alloc / 2**30:>15.2f} {res / 2**30:>13.2f} "
+          f"{rows[0][1] / tps:>9.3f}x")
 json.dump([dict(zip(("run", "tokens_per_s", "mfu", "peak_allocated_bytes", "peak_reserved_bytes"), r))
            for r in rows], open(os.path.join(out, "compare.json"), "w"), indent=1)
 EOF
