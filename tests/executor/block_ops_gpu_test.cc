@@ -92,9 +92,10 @@ TEST_F(BlockOpsGpuTest, RmsNormMatchesCompositeAndItsGradientsAreAsAccurate) {
       const at::Tensor w = (Randn({cols}, at::kFloat) * 0.1 + 1).to(dtype);
       ASSERT_EQ(BlockOpsFormFor(true, x, cols, 64), kFused);
       const at::Tensor f = RmsNorm(kFused, x, w, 1e-5), c = RmsNorm(kComposite, x, w, 1e-5);
-      // The row sums run in another order: an element may round to the next
-      // representable value, rarely.
-      EXPECT_GE(EqualFraction(f, c), dtype == at::kFloat ? 0.9 : 0.99);
+      // The row sums run in another order, so 1/rms may differ in its last
+      // bit: in bf16 an element rarely rounds differently (measured on H200:
+      // none at these shapes); in fp32 most do, by an ulp (measured: 15-39%).
+      if (dtype == at::kBFloat16) EXPECT_GE(EqualFraction(f, c), 0.99);
       EXPECT_TRUE(at::allclose(f.to(at::kFloat), c.to(at::kFloat), dtype == at::kFloat ? 1e-5 : 1e-2, 1e-6));
       const at::Tensor g = Randn({3, 37, cols}, dtype);
       ExpectGradientsAsAccurate(
