@@ -47,7 +47,7 @@ void MemoryScript::FreeAll(std::span<const int> ids) {
 }
 
 ActivationShape ShapeOf(const ModelSpec& m, int64_t micro_batch, int64_t seq_len, int compute_bytes,
-                        int64_t loss_chunk_tokens, bool cpu_device, bool fused_block_kernels) {
+                        int64_t loss_chunk_tokens, bool cpu_device, bool fused_kernels) {
   ActivationShape a;
   a.batch = static_cast<double>(micro_batch);
   a.seq = static_cast<double>(seq_len);
@@ -62,7 +62,7 @@ ActivationShape ShapeOf(const ModelSpec& m, int64_t micro_batch, int64_t seq_len
   a.compute_bytes = compute_bytes;
   a.loss_chunk = static_cast<double>(loss_chunk_tokens);
   a.fused_attention = !cpu_device;
-  a.fused_block_kernels = fused_block_kernels && !cpu_device && BlockKernelsFit(compute_bytes, m.hidden, m.head_dim);
+  a.fused_kernels = fused_kernels && !cpu_device && BlockKernelsFit(compute_bytes, m.hidden, m.head_dim);
   return a;
 }
 
@@ -83,7 +83,7 @@ struct Sizes {
         I(c * a.inter * a.tokens),
         L(4 * a.heads * a.tokens),
         fp32(c == 4),
-        fused(a.fused_block_kernels) {}
+        fused(a.fused_kernels) {}
   double c, H, F, R, Q, KV, I, L;
   bool fp32;   // compute in fp32: .to(kFloat) is the tensor itself
   bool fused;  // the fused block kernels, not LibTorch's composite ops
@@ -269,9 +269,21 @@ SavedTensors HeadForward(const ActivationShape& a, double matrix_params, MemoryS
   out.saved.push_back(s.Alloc(kSaved, z.H));                 // grad_hidden = empty_like(hidden)
   out.saved.push_back(s.Alloc(kSaved, z.c * matrix_params));  // grad_weight = zeros_like(weight)
   const int loss_sum = s.Alloc(kTemp, 4);
+  const double chunk = std::min(a.loss_chunk, a.tokens) * a.vocab;
+  if (z.fused) {
+    // One chunk (the largest): its logits in the compute dtype, turned into
+    // their gradient in place by the kernel, and one fp32 loss per token.
+    const int logits = s.Alloc(kTemp, z.c * chunk);
+    const int row_loss = s.Alloc(kTemp, 4 * std::min(a.loss_chunk, a.tokens));
+    s.Free(row_loss);
+    s.Free(logits);
+    out.output = s.Alloc(kSaved, 4);  // the micro-batch's loss
+    s.Free(loss_sum);
+    s.Free(normed);  // Forward returns: `normed` dies
+    return out;
+  }
   // One chunk (the largest; the others repeat it): logits in fp32, the
   // log-sum-exp's (logits - max) temporary, then the gradient in the compute dtype.
-  const double chunk = std::min(a.loss_chunk, a.tokens) * a.vocab;
   const int matmul = z.fp32 ? -1 : s.Alloc(kTemp, z.c * chunk);  // at::mm(h, weight.t())
   const int logits = s.Alloc(kTemp, 4 * chunk);                  // .to(at::kFloat)
   if (!z.fp32) s.Free(matmul);

@@ -75,11 +75,11 @@ struct ActivationShape {
   bool fused_attention = true;  // GPU: fused kernel; CPU: plain attention
   // GPU, shapes fitting base/block_kernel_shapes.h: RMSNorm, RoPE and SwiGLU
   // are the executor's fused kernels; otherwise LibTorch's composite ops.
-  bool fused_block_kernels = true;
+  bool fused_kernels = true;
 };
-// fused_block_kernels: Plan::fused_block_kernels (the kernels run only on a GPU).
+// fused_kernels: Plan::fused_kernels (the kernels run only on a GPU).
 ActivationShape ShapeOf(const ModelSpec& model, int64_t micro_batch, int64_t seq_len, int compute_bytes,
-                        int64_t loss_chunk_tokens, bool cpu_device, bool fused_block_kernels);
+                        int64_t loss_chunk_tokens, bool cpu_device, bool fused_kernels);
 
 // What one unit's forward leaves for its backward.
 struct SavedTensors {

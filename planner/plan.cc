@@ -204,7 +204,7 @@ std::string PlanSummary(const Plan& p) {
   s += ", offload " + OffloadName(p.offload);
   if (p.OptimizerStateOnNvme()) s += " to nvme";
   if (p.replicate_edges) s += ", edges whole";
-  if (!p.fused_block_kernels) s += ", composite block ops";
+  if (!p.fused_kernels) s += ", composite kernels";
   return s;
 }
 
@@ -227,7 +227,7 @@ nlohmann::json PlanToJson(const Plan& p) {
           {"offload_to", OffloadTierName(p.offload_to)},
           {"checkpoint_layers", p.checkpoint_layers},
           {"prefetch_depth", p.prefetch_depth},
-          {"fused_block_kernels", p.fused_block_kernels},
+          {"fused_kernels", p.fused_kernels},
           {"loss_chunk_tokens", p.loss_chunk_tokens},
           {"param_dtype", DTypeName(p.param_dtype)},
           {"reduce_dtype", DTypeName(p.reduce_dtype)},
@@ -283,7 +283,7 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
     }
   }
   p.prefetch_depth = static_cast<int>(r.Integer("prefetch_depth", 0, 8, 1));
-  p.fused_block_kernels = r.Bool("fused_block_kernels", true);
+  p.fused_kernels = r.Bool("fused_kernels", true);
   p.loss_chunk_tokens = r.Integer("loss_chunk_tokens", 1, int64_t{1} << 30, 1024);
   p.param_dtype = ParseDType(r.String("param_dtype", "bf16"));
   p.reduce_dtype = ParseDType(r.String("reduce_dtype", "fp32"));

@@ -102,13 +102,14 @@ struct Plan {
   // parameters need gathers).
   bool replicate_edges = false;
   int prefetch_depth = 1;              // units gathered ahead of the one computing
-  // RMSNorm, RoPE and SwiGLU as the executor's fused CUDA kernels (one pass
-  // each, less saved for backward) rather than LibTorch's composite ops. JSON
-  // "fused_block_kernels", default true; false reproduces runs recorded
-  // before the kernels existed and gives the side-by-side baseline. Only GPUs
-  // run the kernels: on a CPU, and for shapes base/block_kernel_shapes.h
-  // excludes, both planner and executor use the composite ops.
-  bool fused_block_kernels = true;
+  // RMSNorm, RoPE, SwiGLU and the cross-entropy's softmax as the executor's
+  // fused CUDA kernels (one pass each, less saved for backward) rather than
+  // LibTorch's composite ops. JSON "fused_kernels", default true; false
+  // reproduces runs recorded before the kernels existed and gives the
+  // side-by-side baseline. Only GPUs run the kernels: on a CPU, and for
+  // shapes base/block_kernel_shapes.h excludes, planner and executor both
+  // use the composite ops.
+  bool fused_kernels = true;
   int64_t loss_chunk_tokens = 1024;    // tokens per chunk of the chunked cross-entropy
 
   // --- dtypes ---

@@ -166,7 +166,7 @@ class Searcher {
     plan.seq_len = req_.seq_len;
     plan.optimizer = req_.optimizer;
     plan.prefetch_depth = req_.prefetch_depth;
-    plan.fused_block_kernels = req_.fused_block_kernels;
+    plan.fused_kernels = req_.fused_kernels;
     plan.loss_chunk_tokens = req_.loss_chunk_tokens;
     return plan;
   }

@@ -53,7 +53,7 @@ struct SearchRequest {
   OptimizerConfig optimizer;
   int prefetch_depth = 1;
   int64_t loss_chunk_tokens = 1024;
-  bool fused_block_kernels = true;  // Plan::fused_block_kernels
+  bool fused_kernels = true;  // Plan::fused_kernels
 };
 
 struct RankedAlternative {

@@ -159,7 +159,7 @@ void ProgramBuilder::MakeUnits() {
   // once, so the registry never moves its (megabytes of) entries.
   tensors_.Reserve(static_cast<size_t>(plan_.grad_accum) * (m.layers + 2) * 104);
   shape_ = ShapeOf(m, plan_.micro_batch, plan_.seq_len, DTypeBytes(plan_.param_dtype), plan_.loss_chunk_tokens,
-                   profile_.device_kind == "cpu", plan_.fused_block_kernels);
+                   profile_.device_kind == "cpu", plan_.fused_kernels);
   const int n = NumUnits();
   gathered_.assign(n, -1);
   compute_grad_.assign(n, -1);

@@ -12,7 +12,7 @@ namespace llmplan {
 
 BlockActivationBytes BlockActivations(const Plan& plan, const HardwareProfile& profile) {
   const ActivationShape a = ShapeOf(plan.model, plan.micro_batch, plan.seq_len, DTypeBytes(plan.param_dtype),
-                                    plan.loss_chunk_tokens, profile.device_kind == "cpu", plan.fused_block_kernels);
+                                    plan.loss_chunk_tokens, profile.device_kind == "cpu", plan.fused_kernels);
   TensorRegistry tensors;
   auto net = [](const MemoryScript& s) {
     double sum = 0;

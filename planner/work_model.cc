@@ -17,7 +17,7 @@ struct PerToken {
         Q(c * a.q),
         KV(c * a.kv),
         I(c * a.inter),
-        fused(a.fused_block_kernels) {}
+        fused(a.fused_kernels) {}
   double c, H, F, Q, KV, I;
   bool fused;  // the fused block kernels (executor/model/block_kernels.h)
 };
@@ -126,10 +126,14 @@ OpWork HeadForwardWork(const ActivationShape& a) {
   // softmax in place (sub 8V, exp 8V), the -1 at the target, the 1/N scale
   // (8V), the gradient's cast (4V + cV). In fp32 the two casts vanish. Plus
   // the final norm and zeroing d W.
-  const double per_vocab = z.c == 4 ? 52 : 3 * z.c + 56;
+  // Fused (cross_entropy_kernel.h): the matmul's output, then the kernel
+  // reads it twice and writes the gradient over it in the compute dtype.
+  const double per_vocab = z.fused ? 4 * z.c : z.c == 4 ? 52 : 3 * z.c + 56;
   w.elementwise_bytes = t * (RmsNormBytes(z) + per_vocab * v) + z.c * v * h;
   const double chunks = std::ceil(t / std::max(1.0, a.loss_chunk));
-  w.launches = RmsNormLaunches(z) + 3 + static_cast<int>(12 * chunks);
+  // Per chunk: 3 GEMMs and the loss's sum and add, and the softmax (1 kernel
+  // fused, 7 composite).
+  w.launches = RmsNormLaunches(z) + 3 + static_cast<int>((z.fused ? 6 : 12) * chunks);
   return w;
 }
 

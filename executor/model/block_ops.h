@@ -4,11 +4,11 @@
 //   - the fused CUDA kernels with their own autograd backward, used for CUDA
 //     tensors when the executor is built with CUDA, the model's shapes fit
 //     (base/block_kernel_shapes.h) and the plan asks for them
-//     (Plan::fused_block_kernels, the default);
+//     (Plan::fused_kernels, the default);
 //   - the composite form: LibTorch ops, any device, autograd as LibTorch does it
 //     (HF LlamaForCausalLM's exact statements). CPU runs use it.
 // The planner's memory and work models follow the same rule
-// (ActivationShape::fused_block_kernels).
+// (ActivationShape::fused_kernels).
 #pragma once
 
 #include <ATen/core/Tensor.h>

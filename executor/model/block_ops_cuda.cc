@@ -2,7 +2,7 @@
 // function whose forward and backward are one kernel of block_kernels.cu.
 //
 // What each saves for its backward is what the planner's memory model counts
-// with ActivationShape::fused_block_kernels:
+// with ActivationShape::fused_kernels:
 //   RMSNorm  its input x and one fp32 number per row (1/rms); the composite
 //            form keeps an fp32 copy of x and the bf16 normalised tensor.
 //   RoPE     nothing of the activations: the backward needs only cos and sin.

@@ -2,6 +2,10 @@
 
 #include "executor/torch_compat.h"
 
+#ifdef LLMPLAN_WITH_CUDA
+#include "executor/model/cross_entropy_kernel.h"
+#endif
+
 namespace llmplan::executor {
 
 namespace {
@@ -12,7 +16,10 @@ using torch::autograd::variable_list;
 class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCrossEntropyFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                            const at::Tensor& targets, int64_t chunk_tokens) {
+                            const at::Tensor& targets, int64_t chunk_tokens, bool fused) {
+#ifndef LLMPLAN_WITH_CUDA
+    (void)fused;  // the kernel exists only in CUDA builds
+#endif
     const int64_t n = hidden.size(0);
     const double inv_n = 1.0 / static_cast<double>(n);
     const bool need_grad_hidden = hidden.requires_grad(), need_grad_weight = weight.requires_grad();
@@ -22,6 +29,27 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     for (int64_t start = 0; start < n; start += chunk_tokens) {
       const int64_t len = std::min(chunk_tokens, n - start);
       at::Tensor h = hidden.narrow(0, start, len);
+#ifdef LLMPLAN_WITH_CUDA
+      if (fused) {
+        // [len, V] in the compute dtype: the chunk's only big buffer, turned
+        // into d(mean loss)/d logits in place by one kernel.
+        at::Tensor logits = at::mm(h, weight.t());
+        at::Tensor row_loss = at::empty({len}, hidden.options().dtype(at::kFloat));
+        const at::Tensor t = targets.narrow(0, start, len).contiguous();
+        const bool gradient = need_grad_hidden || need_grad_weight;
+        LaunchCrossEntropyRows(
+            logits.scalar_type() == at::kBFloat16 ? KernelDType::kBF16 : KernelDType::kFP32, logits.data_ptr(),
+            t.data_ptr<int64_t>(), row_loss.data_ptr<float>(), len, logits.size(1), gradient,
+            static_cast<float>(inv_n), at::cuda::getCurrentCUDAStream(logits.device().index()).stream());
+        loss_sum += row_loss.sum();
+        if (need_grad_hidden) {
+          at::Tensor dst = grad_hidden.narrow(0, start, len);
+          at::mm_out(dst, logits, weight);
+        }
+        if (need_grad_weight) grad_weight.addmm_(logits.t(), h);
+        continue;
+      }
+#endif
       at::Tensor t = targets.narrow(0, start, len).unsqueeze(1);
       at::Tensor logits = at::mm(h, weight.t()).to(at::kFloat);  // [len, V] fp32: the only big buffer
       at::Tensor lse = at::logsumexp(logits, 1, /*keepdim=*/true);
@@ -53,19 +81,22 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     // host sync to test whether g is 1.
     if (grad_hidden.defined()) grad_hidden.mul_(g.to(grad_hidden.scalar_type()));
     if (grad_weight.defined()) grad_weight.mul_(g.to(grad_weight.scalar_type()));
-    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor()};
+    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor ChunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                               int64_t chunk_tokens) {
+                               int64_t chunk_tokens, bool fused) {
   TORCH_CHECK(chunk_tokens >= 1, "ChunkedCrossEntropy: chunk_tokens must be positive");
   TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
               "ChunkedCrossEntropy: hidden [N, H] and weight [V, H] expected");
   TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0), "ChunkedCrossEntropy: targets [N] expected");
-  return ChunkedCrossEntropyFunction::apply(hidden, weight, targets, chunk_tokens);
+  const bool kernel = fused && hidden.is_cuda() &&
+                      (hidden.scalar_type() == at::kBFloat16 || hidden.scalar_type() == at::kFloat) &&
+                      weight.scalar_type() == hidden.scalar_type() && targets.scalar_type() == at::kLong;
+  return ChunkedCrossEntropyFunction::apply(hidden, weight, targets, chunk_tokens, kernel);
 }
 
 at::Tensor PlainCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets) {

@@ -12,6 +12,10 @@
 //
 // dW accumulates across chunks in the weight's dtype (bf16 on GPU), as the
 // GEMM's beta=1 epilogue does (same choice as Liger's fused linear CE).
+//
+// The softmax between the GEMMs is either LibTorch's ops on an fp32 copy of
+// the chunk's logits (composite) or one kernel that turns the logits into
+// their gradient in place (fused: cross_entropy_kernel.h; CUDA only).
 #pragma once
 
 #include <cstdint>
@@ -22,10 +26,12 @@ namespace llmplan::executor {
 
 // Mean cross-entropy of `targets` under logits hidden @ weight^T.
 // hidden [N, H] and weight [V, H] in the same dtype; targets [N] int64 in [0, V).
-// Differentiable w.r.t. hidden and weight (autograd function).
+// Differentiable w.r.t. hidden and weight (autograd function). `fused`: the
+// softmax as the CUDA kernel, where it can run (a CUDA build, CUDA tensors in
+// bf16 or fp32); the composite ops otherwise.
 // REQUIRES: chunk_tokens >= 1, N >= 1.
 at::Tensor ChunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                               int64_t chunk_tokens);
+                               int64_t chunk_tokens, bool fused = false);
 
 // The plain reference: full logits, fp32 cross-entropy (for tests).
 at::Tensor PlainCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets);

@@ -13,8 +13,8 @@ int64_t ParamShape::numel() const {
   return n;
 }
 
-LlamaModel::LlamaModel(ModelSpec spec, bool fused_block_kernels)
-    : spec_(std::move(spec)), fused_block_kernels_(fused_block_kernels) {
+LlamaModel::LlamaModel(ModelSpec spec, bool fused_kernels)
+    : spec_(std::move(spec)), fused_kernels_(fused_kernels) {
   const int64_t h = spec_.hidden, q = spec_.q_dim(), kv = spec_.kv_dim(), i = spec_.intermediate;
   units_.push_back({{"model.embed_tokens.weight", {spec_.vocab, h}, ParamInit::kNormal}});
   for (int64_t layer = 0; layer < spec_.layers; ++layer) {
@@ -119,7 +119,7 @@ at::Tensor LlamaModel::BlockForward(int layer, const std::vector<at::Tensor>& p,
   const int64_t nh = spec_.heads, nkv = spec_.kv_heads, hd = spec_.head_dim;
   auto bias = [&](int i) { return i >= 0 ? p[i] : at::Tensor(); };
 
-  const BlockOpsForm form = BlockOpsFormFor(fused_block_kernels_, x, spec_.hidden, hd);
+  const BlockOpsForm form = BlockOpsFormFor(fused_kernels_, x, spec_.hidden, hd);
 
   // Attention. RoPE runs on the projections viewed [B, T, H, D] (their
   // memory order); the transpose to [B, H, T, D] for attention is a view.
@@ -140,8 +140,12 @@ at::Tensor LlamaModel::BlockForward(int layer, const std::vector<at::Tensor>& p,
   return h + mlp;
 }
 
+bool LlamaModel::RunsFusedKernels(const at::Tensor& x) const {
+  return BlockOpsFormFor(fused_kernels_, x, spec_.hidden, spec_.head_dim) == BlockOpsForm::kFused;
+}
+
 at::Tensor LlamaModel::FinalNorm(const std::vector<at::Tensor>& head_params, const at::Tensor& x) const {
-  return RmsNorm(BlockOpsFormFor(fused_block_kernels_, x, spec_.hidden, spec_.head_dim), x, head_params.at(0), spec_.rms_norm_eps);
+  return RmsNorm(BlockOpsFormFor(fused_kernels_, x, spec_.hidden, spec_.head_dim), x, head_params.at(0), spec_.rms_norm_eps);
 }
 
 at::Tensor LlamaModel::OutputWeight(const std::vector<at::Tensor>& head_params,

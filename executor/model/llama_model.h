@@ -44,10 +44,10 @@ struct RopeTable {
 
 class LlamaModel {
  public:
-  // fused_block_kernels: run the block ops fused where they can run
-  // (block_ops.h; Plan::fused_block_kernels).
+  // fused_kernels: run the block ops fused where they can run
+  // (block_ops.h; Plan::fused_kernels).
   // REQUIRES: spec.Validate() passes.
-  explicit LlamaModel(ModelSpec spec, bool fused_block_kernels = true);
+  explicit LlamaModel(ModelSpec spec, bool fused_kernels = true);
 
   const ModelSpec& spec() const { return spec_; }
   int num_units() const { return static_cast<int>(units_.size()); }
@@ -83,6 +83,10 @@ class LlamaModel {
                           const RopeTable& rope) const;
   // The head's final RMSNorm: x [B, T, hidden] -> normalised [B, T, hidden].
   at::Tensor FinalNorm(const std::vector<at::Tensor>& head_params, const at::Tensor& x) const;
+  // Whether this model's ops on `x` run as the fused CUDA kernels (block_ops.h:
+  // asked for, a CUDA tensor, shapes that fit). The head's cross-entropy
+  // follows the same answer, so the planner has one rule for all of them.
+  bool RunsFusedKernels(const at::Tensor& x) const;
   // The output projection's weight [vocab, hidden]: lm_head, or the embedding
   // matrix when tied.
   at::Tensor OutputWeight(const std::vector<at::Tensor>& head_params,
@@ -95,7 +99,7 @@ class LlamaModel {
     int post_norm = -1, gate = -1, up = -1, down = -1;
   };
   ModelSpec spec_;
-  bool fused_block_kernels_;
+  bool fused_kernels_;
   std::vector<std::vector<ParamShape>> units_;
   BlockLayout block_;
 };

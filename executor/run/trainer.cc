@@ -276,7 +276,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   }
 
   // --- model, parameters (sharded over the shard group), optimizer, step program ---
-  LlamaModel model(plan.model, plan.fused_block_kernels);
+  LlamaModel model(plan.model, plan.fused_kernels);
   const int shard_rank = comms.shard != nullptr ? comms.shard->rank() : 0;
   // The initial values: the seed's, a checkpoint's (resume) or pretrained ones.
   std::unique_ptr<CheckpointReader> resume_from;

@@ -393,7 +393,7 @@ void StepInterpreter::Forward(int unit, int mb) {
       at::Tensor normed = model_.FinalNorm(params, a.input);
       at::Tensor weight = model_.OutputWeight(params, units_.at(model_.embedding_unit()).params());
       a.output = ChunkedCrossEntropy(normed.reshape({-1, normed.size(-1)}), weight, targets_[mb],
-                                     plan_.loss_chunk_tokens);
+                                     plan_.loss_chunk_tokens, model_.RunsFusedKernels(normed));
       loss_sum_ += a.output.detach();
       break;
     }

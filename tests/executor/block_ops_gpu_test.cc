@@ -194,7 +194,7 @@ TEST_F(BlockOpsGpuTest, BlockAgreesAcrossFormsAndKeepsWhatThePlannerCounts) {
     plan.gpus = 1;
     plan.micro_batch = batch;
     plan.seq_len = seq;
-    plan.fused_block_kernels = fused;
+    plan.fused_kernels = fused;
     NormaliseGrouping(plan);
     const double predicted = BlockActivations(plan, h200).full;
     std::printf("  kept for backward: %.1f MiB measured, %.1f MiB predicted\n", kept / (1 << 20), predicted / (1 << 20));

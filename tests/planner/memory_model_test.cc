@@ -186,7 +186,7 @@ Plan ActivationPlan(const ModelSpec& m, int64_t micro_batch, int64_t seq, bool f
   p.gpus = 1;
   p.micro_batch = micro_batch;
   p.seq_len = seq;
-  p.fused_block_kernels = fused;
+  p.fused_kernels = fused;
   NormaliseGrouping(p);
   return p;
 }
@@ -258,7 +258,7 @@ TEST(MemoryModelTest, ForwardOpsKeepFullOrCheckpointedActivations) {
   auto h100 = Profile("h100-sxm-80g");
   Plan plan = MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard);
   plan.checkpoint_layers = {0, 5, 31};
-  plan.fused_block_kernels = fused;
+  plan.fused_kernels = fused;
   StepProgram prog = BuildStepProgram(plan, h100);
   const double t = static_cast<double>(plan.micro_batch * plan.seq_len);
   const double full = t * (fused ? 139'400 : 209'032), ckpt = t * 2 * 4096;

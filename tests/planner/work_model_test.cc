@@ -32,7 +32,7 @@ TEST(WorkModelTest, FusedBlockKernelsReadAndWriteOnce) {
   // SwiGLU reads gate and up and writes the product (3 x 2i).
   const ActivationShape fused = Llama1B();
   ActivationShape composite = fused;
-  composite.fused_block_kernels = false;
+  composite.fused_kernels = false;
   const double h = 2048, q = 2048, kv = 512, i = 8192;
   EXPECT_DOUBLE_EQ(BlockForwardWork(fused).elementwise_bytes,
                    fused.tokens * (2 * (4 * h + 4) + 4 * q + 4 * kv + 12 * h + 6 * i));
@@ -46,23 +46,30 @@ TEST(WorkModelTest, FusedBlockKernelsReadAndWriteOnce) {
   EXPECT_DOUBLE_EQ(BlockForwardWork(fused).gemm_flops, BlockForwardWork(composite).gemm_flops);
   EXPECT_LT(BlockBackwardWork(fused, 6e7).elementwise_bytes, BlockBackwardWork(composite, 6e7).elementwise_bytes);
   // No fused kernels on a CPU.
-  EXPECT_FALSE(ShapeOf(PresetModel("llama3.2-1b"), 4, 2048, 2, 1024, /*cpu_device=*/true, true).fused_block_kernels);
+  EXPECT_FALSE(ShapeOf(PresetModel("llama3.2-1b"), 4, 2048, 2, 1024, /*cpu_device=*/true, true).fused_kernels);
 }
 
 TEST(WorkModelTest, HeadCountsEveryVocabularySizedPassOfTheLoss) {
-  // Per token and vocabulary entry, bf16: mm output 2, fp32 copy 2+4,
-  // log-sum-exp (max 4, logits - max 8, exp_ 8, sum 4), softmax in place
+  // Per token and vocabulary entry, bf16, composite: mm output 2, fp32 copy
+  // 2+4, log-sum-exp (max 4, logits - max 8, exp_ 8, sum 4), softmax in place
   // (sub 8, exp 8), 1/N scale 8, cast back 4+2: 62 bytes. The final norm
   // and zeroing d W are the rest.
-  const ActivationShape a = Llama1B();
+  ActivationShape a = Llama1B();
+  a.fused_kernels = false;
   const double vocab_bytes = 62 * a.tokens * a.vocab;
   const double rest = HeadForwardWork(a).elementwise_bytes - vocab_bytes;
   EXPECT_GT(rest, 0);
   EXPECT_LT(rest, 0.05 * vocab_bytes);  // norm (~40 bytes x hidden per token) and d W (2 x vocab x hidden)
   // fp32: the two casts vanish (52 bytes).
-  const ActivationShape f = ShapeOf(PresetModel("llama3.2-1b"), 4, 2048, 4, 1024, false, true);
+  ActivationShape f = ShapeOf(PresetModel("llama3.2-1b"), 4, 2048, 4, 1024, false, true);
+  f.fused_kernels = false;
   EXPECT_GT(HeadForwardWork(f).elementwise_bytes, 52 * f.tokens * f.vocab);
   EXPECT_LT(HeadForwardWork(f).elementwise_bytes, 1.05 * 52 * f.tokens * f.vocab);
+  // The fused kernel: mm output 2, read twice 4, gradient written over it 2: 8 bytes.
+  const ActivationShape fused = Llama1B();
+  const double fused_vocab = 8 * fused.tokens * fused.vocab;
+  EXPECT_GT(HeadForwardWork(fused).elementwise_bytes, fused_vocab);
+  EXPECT_LT(HeadForwardWork(fused).elementwise_bytes - fused_vocab, 0.3 * fused_vocab);
 }
 
 }  // namespace

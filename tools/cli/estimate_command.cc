@@ -28,7 +28,7 @@ struct EstimateOptions {
   int64_t global_batch = 0;
   double global_batch_tokens = 0;
   std::string strategy, checkpoint_layers, offload, offload_to, replicate_edges;
-  std::string block_ops = "fused";
+  std::string kernels = "fused";
   static constexpr int64_t kUnpinned = std::numeric_limits<int64_t>::min();  // no value a user can type
   int64_t micro_batch = kUnpinned, grad_accum = kUnpinned, shard_group = kUnpinned;
   int64_t seq = kUnpinned;  // 4096, or the model's max_position_embeddings when smaller
@@ -108,9 +108,9 @@ void Run(const EstimateOptions& o) {
       throw UserError("profile " + profile.name + " has no NVMe read/write rates: measure them on the machine with "
                       "`llmplan profile --nvme-dir DIR`, then plan with that profile");
   }
-  if (o.block_ops != "fused" && o.block_ops != "composite")
-    throw UserError("--block-ops must be fused or composite (got '" + o.block_ops + "')");
-  req.fused_block_kernels = o.block_ops == "fused";
+  if (o.kernels != "fused" && o.kernels != "composite")
+    throw UserError("--kernels must be fused or composite (got '" + o.kernels + "')");
+  req.fused_kernels = o.kernels == "fused";
   if (o.prefetch < 0 || o.prefetch > 8) throw UserError("--prefetch must be between 0 and 8");
   req.prefetch_depth = o.prefetch;
   if (o.loss_chunk < 1) throw UserError("--loss-chunk must be positive");
@@ -211,9 +211,9 @@ void AddEstimateCommand(CLI::App& app) {
                   "Pin where offloaded optimizer state lives: host | nvme (default: host, NVMe where the host is short "
                   "and the profile has disk rates)");
   cmd->add_option("--prefetch", o->prefetch, "Units gathered ahead of compute")->capture_default_str();
-  cmd->add_option("--block-ops", o->block_ops,
-                  "fused: RMSNorm, RoPE and SwiGLU as llmplan's CUDA kernels; composite: LibTorch's ops (the "
-                  "baseline for side-by-side runs). CPUs always run the composite ops")
+  cmd->add_option("--kernels", o->kernels,
+                  "fused: RMSNorm, RoPE, SwiGLU and the cross-entropy as llmplan's CUDA kernels; composite: "
+                  "LibTorch's ops (the baseline for side-by-side runs). CPUs always run the composite ops")
       ->capture_default_str();
   cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (default: the profile's)");
   cmd->add_option("--host-memory", o->host_memory_gib,

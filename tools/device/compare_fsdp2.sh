@@ -11,7 +11,7 @@
 # device call): llmplan_run/ (metrics.jsonl, summary.json), llmplan.log,
 # fsdp2_eager.json [, fsdp2_compiled.json], compare.json. With
 # LLMPLAN_COMPARE_COMPOSITE=1 the plan also runs with LibTorch's composite block
-# ops (fused_block_kernels false; llmplan_composite_run/). The last column is
+# ops (fused_kernels false; llmplan_composite_run/). The last column is
 # llmplan's tokens/s over each row's.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -43,7 +43,7 @@ rm -rf "$out/llmplan_run"
 if [ "${LLMPLAN_COMPARE_COMPOSITE:-0}" = 1 ]; then
   # The same plan with LibTorch's composite RMSNorm/RoPE/SwiGLU instead of
   # the fused kernels: what the kernels are worth, side by side.
-  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); p=j.get("plan", j); p["fused_block_kernels"]=False; json.dump(j, open(sys.argv[2], "w"), indent=1)' \
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); p=j.get("plan", j); p["fused_kernels"]=False; json.dump(j, open(sys.argv[2], "w"), indent=1)' \
     "$plan" "$out/plan_composite.json"
   echo "== llmplan run, composite block ops ($gpus GPU(s))"
   rm -rf "$out/llmplan_composite_run"
