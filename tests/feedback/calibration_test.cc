@@ -5,6 +5,7 @@
 #include "feedback/calibration.h"
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -320,6 +321,11 @@ TEST(CalibrationTest, RefusesRunsOfDifferentHardware) {
 // Runs recorded on 1-2 H200 (tests/data/runs, tools/device/accuracy.sh): fitted
 // on five, held out on three. b12 is left out: its two ranks share the host's
 // cores for CPU AdamW, which a per-GPU rate in the profile cannot describe.
+// Each machine's recorded runs calibrate its own profile: the one-H200
+// machine's (a*, fused kernels, 2026-12-01) and the two-H200 machine's (b*,
+// composite ops, 2026-11-30) differ in their host CPUs (the CPU AdamW rate)
+// and in the kernels the runs ran, so one profile fitted to both would be
+// neither machine's.
 TEST(CalibrationTest, RecordedH200RunsPredictHeldOutRunsWithinAFewPercent) {
   const HardwareProfile start = Profile("h200-sxm");
   auto load = [&](std::vector<std::string> names) {
@@ -328,9 +334,6 @@ TEST(CalibrationTest, RecordedH200RunsPredictHeldOutRunsWithinAFewPercent) {
       runs.push_back(PrepareCalibrationRun(LoadMeasuredRun(testing::SourceDir() + "/tests/data/runs/" + name), start));
     return runs;
   };
-  const auto fitted = load({"a01", "a03", "a12", "b03", "b11"});
-  const auto held_out = load({"a02", "a09", "b06"});
-  const Calibration c = Calibrate(start, fitted);
   auto mape = [](const std::vector<CalibrationRun>& runs, const HardwareProfile& p, double* worst) {
     double sum = 0;
     for (const CalibrationRun& run : runs) {
@@ -340,11 +343,25 @@ TEST(CalibrationTest, RecordedH200RunsPredictHeldOutRunsWithinAFewPercent) {
     }
     return sum / static_cast<double>(runs.size());
   };
-  double worst_before = 0, worst_after = 0, worst_held = 0;
-  EXPECT_LT(mape(fitted, c.profile, &worst_after), mape(fitted, start, &worst_before));
-  EXPECT_LT(worst_after, 0.08);
-  EXPECT_LT(mape(held_out, c.profile, &worst_held), 0.05);
-  EXPECT_LT(worst_held, 0.08);
+  struct Machine {
+    std::vector<std::string> fitted, held_out;
+  };
+  for (const Machine& m : {Machine{{"a01", "a03", "a12"}, {"a02", "a09"}},
+                           Machine{{"b03", "b11", "b12"}, {"b06", "b10"}}}) {
+    SCOPED_TRACE(m.fitted.front());
+    const auto fitted = load(m.fitted);
+    const auto held_out = load(m.held_out);
+    const Calibration c = Calibrate(start, fitted);
+    double worst_before = 0, worst_after = 0, worst_held = 0;
+    const double before = mape(fitted, start, &worst_before), after = mape(fitted, c.profile, &worst_after);
+    const double held = mape(held_out, c.profile, &worst_held);
+    std::printf("%s..: fitted MAPE %.1f%% -> %.1f%% (worst %.1f%%), held out %.1f%% (worst %.1f%%)\n",
+                m.fitted.front().c_str(), 100 * before, 100 * after, 100 * worst_after, 100 * held, 100 * worst_held);
+    EXPECT_LT(after, before);
+    EXPECT_LT(worst_after, 0.08);
+    EXPECT_LT(held, 0.05);
+    EXPECT_LT(worst_held, 0.08);
+  }
 }
 
 }  // namespace

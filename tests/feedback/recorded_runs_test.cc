@@ -73,7 +73,7 @@ TEST(RecordedRunsTest, MemoryModelMatchesEveryOp) {
 // -4.2%: its head allocates and frees inside one op in an order the program's
 // start/end events do not record. The others are within 0.6%, except the
 // runs re-recorded with the fused block kernels on 2026-12-01, where the
-// replay is over by up to 0.72% (a09; a03 +0.62%): on the safe side, from the
+// replay is over by up to 0.79% (a09; a03 +0.63%): on the safe side, from the
 // kernels' backward temporaries, which the program does not list op by op.
 TEST(RecordedRunsTest, AllocatorReplayMatchesPeakReserved) {
   for (const std::string& dir : RecordedRuns()) {
