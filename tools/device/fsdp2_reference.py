@@ -8,7 +8,8 @@ llmplan's executor can be compared with PyTorch on the same machine and configur
   python3 tools/device/fsdp2_reference.py --plan plan.json --device cpu --steps 3 --warmup 1
 
 Model: Llama-style decoder (RMSNorm, RoPE in HF's rotate_half layout, GQA, SwiGLU, SDPA causal,
-tied or untied head), the same maths as executor/model/llama_model.cc. Each block and the root
+tied or untied head), the same maths as executor/model/llama_model.cc; RMSNorm is PyTorch's own
+F.rms_norm (--rms-norm fused, the default: what an expert writes) or HF's statements (--rms-norm hf). Each block and the root
 are fully_shard-ed with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32); blocks listed
 in the plan's checkpoint_layers are wrapped with activation checkpointing (before torch.compile
 and fully_shard, as torchtitan orders them). Fused AdamW with the plan's hyper-parameters,
@@ -125,7 +126,15 @@ def load_config(args):
 # ----------------------------------------------------------------------------------------------
 # The model (same maths as executor/model/llama_model.cc).
 
+# "fused" (the default, what an expert writes): F.rms_norm, PyTorch's own RMSNorm (one fused
+# kernel on CUDA in recent releases, fp32 statistics inside). "hf": HF LlamaRMSNorm's statements,
+# the same maths as llmplan's composite form, several kernels in eager mode.
+RMS_NORM_MODE = "fused"
+
+
 def rms_norm(x, weight, eps):
+    if RMS_NORM_MODE == "fused" and hasattr(F, "rms_norm"):
+        return F.rms_norm(x, (x.shape[-1],), weight.to(x.dtype), eps)
     # In fp32, then back: bf16 mean-of-squares loses too much (as HF's LlamaRMSNorm).
     xf = x.float()
     return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
@@ -359,6 +368,8 @@ def main(argv=None):
     p.add_argument("--out", help="also write the JSON line to this file")
     p.add_argument("--gqa", choices=["repeat", "sdpa"], default="repeat",
                    help="GQA: repeat K/V heads (torchtitan) or SDPA's enable_gqa")
+    p.add_argument("--rms-norm", choices=["fused", "hf"], default="fused",
+                   help="RMSNorm: F.rms_norm (fused) or HF LlamaRMSNorm's statements (hf)")
     g = p.add_argument_group("overrides of the plan (or the whole spec, without --plan)")
     g.add_argument("--seq-len", type=int)
     g.add_argument("--micro-batch", type=int)
@@ -378,8 +389,9 @@ def main(argv=None):
     if args.steps <= args.warmup:
         raise SystemExit("fsdp2_reference: --steps must exceed --warmup (nothing would be timed)")
 
-    global GQA_MODE
+    global GQA_MODE, RMS_NORM_MODE
     GQA_MODE = args.gqa
+    RMS_NORM_MODE = args.rms_norm
     cfg = load_config(args)
     device, rank, world = init_distributed(args.device)
     if rank == 0 and cfg["gpus"] and cfg["gpus"] != world:
@@ -463,6 +475,7 @@ def main(argv=None):
         "offload": "fsdp2-cpu-offload" if cfg["offload"] != "none" else "none",
         "dtype": args.dtype,
         "gqa": args.gqa,
+        "rms_norm": args.rms_norm if hasattr(F, "rms_norm") else "hf",
         "warmup_steps": args.warmup,
         "timed_steps": len(step_times),
         "torch": torch.__version__,
