@@ -4,7 +4,7 @@
 // Every kernel moves 16-byte vectors (8 bf16 or 4 fp32 elements: the widest
 // load one thread issues, so a warp touches whole 512-byte lines) and does its
 // arithmetic in fp32. Rounding to the element type happens where LibTorch's
-// composite form rounds (Round() below), which keeps the forward outputs equal
+// composite form rounds (Round(), kernel_vectors.cuh), which keeps the forward outputs equal
 // to the composite's.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -17,27 +17,10 @@
 #include "executor/model/block_kernels.h"
 
 #include "base/block_kernel_shapes.h"
+#include "executor/model/kernel_vectors.cuh"
 
 namespace llmplan::executor {
 namespace {
-
-template <typename T>
-struct alignas(16) Vec {
-  static constexpr int kN = 16 / sizeof(T);
-  T v[kN];
-};
-
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-// x rounded to T's precision (round to nearest even, as LibTorch's casts), kept in fp32.
-template <typename T>
-__device__ __forceinline__ float Round(float x) { return ToFloat(FromFloat<T>(x)); }
 
 // Sum of v over the thread block, returned to every thread in the same order,
 // so all threads agree bit-for-bit. REQUIRES: blockDim.x a multiple of 32.

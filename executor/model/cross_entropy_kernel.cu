@@ -12,24 +12,10 @@
 #include <string>
 
 #include "executor/model/cross_entropy_kernel.h"
+#include "executor/model/kernel_vectors.cuh"
 
 namespace llmplan::executor {
 namespace {
-
-template <typename T>
-struct alignas(16) Vec {
-  static constexpr int kN = 16 / sizeof(T);
-  T v[kN];
-};
-
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 // A running log-sum-exp: sum of exp(x - max) over the values seen.
 struct MaxSum {

@@ -57,6 +57,12 @@ TEST(BadInputTest, InputPathsThatAreNotFilesAreRefusedAtOnce) {
   ExpectOneLine(Bounded("estimate --gpu cpu --gpus 1 --model '" + big + "'", dir), "is over 64 MiB");
 }
 
+TEST(BadInputTest, UnknownKernelChoiceIsRefused) {
+  ScratchDir dir;
+  ExpectOneLine(Bounded("estimate --model tiny-llama --gpus 1 --gpu cpu --kernels fast", dir),
+                "--kernels must be fused or composite (got 'fast')");
+}
+
 TEST(BadInputTest, AbsurdGlobalBatchesFailInOneLineNamingTheLimit) {
   ScratchDir dir;
   const std::string base = "estimate --model llama3-8b --gpu h100-sxm-80g ";

@@ -254,32 +254,32 @@ TEST(MemoryModelTest, FusedBlockKernelsKeepLess) {
 
 TEST(MemoryModelTest, ForwardOpsKeepFullOrCheckpointedActivations) {
   for (const bool fused : {false, true}) {
-  SCOPED_TRACE(fused ? "fused block kernels" : "composite block ops");
-  auto h100 = Profile("h100-sxm-80g");
-  Plan plan = MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard);
-  plan.checkpoint_layers = {0, 5, 31};
-  plan.fused_kernels = fused;
-  StepProgram prog = BuildStepProgram(plan, h100);
-  const double t = static_cast<double>(plan.micro_batch * plan.seq_len);
-  const double full = t * (fused ? 139'400 : 209'032), ckpt = t * 2 * 4096;
-  int checked = 0;
-  for (const auto& op : prog.ops) {
-    if (op.kind != OpKind::kForward || prog.units[op.unit].kind != UnitKind::kBlock) continue;
-    double kept = 0, highest = 0, now = 0;
-    for (const auto& d : op.alloc_at_start) {
-      kept += d.bytes;
-      highest = std::max(highest, now += d.bytes);
+    SCOPED_TRACE(fused ? "fused block kernels" : "composite block ops");
+    auto h100 = Profile("h100-sxm-80g");
+    Plan plan = MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard);
+    plan.checkpoint_layers = {0, 5, 31};
+    plan.fused_kernels = fused;
+    StepProgram prog = BuildStepProgram(plan, h100);
+    const double t = static_cast<double>(plan.micro_batch * plan.seq_len);
+    const double full = t * (fused ? 139'400 : 209'032), ckpt = t * 2 * 4096;
+    int checked = 0;
+    for (const auto& op : prog.ops) {
+      if (op.kind != OpKind::kForward || prog.units[op.unit].kind != UnitKind::kBlock) continue;
+      double kept = 0, highest = 0, now = 0;
+      for (const auto& d : op.alloc_at_start) {
+        kept += d.bytes;
+        highest = std::max(highest, now += d.bytes);
+      }
+      const int layer = prog.units[op.unit].layer;
+      const bool c = layer == 0 || layer == 5 || layer == 31;
+      EXPECT_DOUBLE_EQ(kept, c ? ckpt : full) << op.name;
+      // With the graph, the op peaks above what it keeps by the MLP's output
+      // (2h per token) beside the final residual add, and by h too (2h, as
+      // measured) where h is not kept, in the composite form.
+      if (!c) { EXPECT_DOUBLE_EQ(highest - kept, t * (fused ? 2 : 4) * 4096) << op.name; }
+      ++checked;
     }
-    const int layer = prog.units[op.unit].layer;
-    const bool c = layer == 0 || layer == 5 || layer == 31;
-    EXPECT_DOUBLE_EQ(kept, c ? ckpt : full) << op.name;
-    // With the graph, the op peaks above what it keeps by the MLP's output
-    // (2h per token) beside the final residual add, and by h too (2h, as
-    // measured) where h is not kept, in the composite form.
-    if (!c) { EXPECT_DOUBLE_EQ(highest - kept, t * (fused ? 2 : 4) * 4096) << op.name; }
-    ++checked;
-  }
-  EXPECT_EQ(checked, 32 * 2);  // 32 blocks x 2 micro-batches
+    EXPECT_EQ(checked, 32 * 2);  // 32 blocks x 2 micro-batches
   }
 }
 

@@ -55,6 +55,21 @@ TEST(PlanTest, JsonRoundTrip) {
   EXPECT_EQ(PlanToJson(PlanFromJson(wrapped, "wrapped")), PlanToJson(a));
 }
 
+TEST(PlanTest, FusedKernelsByDefaultAndCompositeOnRequest) {
+  Plan a = Example();
+  EXPECT_TRUE(a.fused_kernels);
+  nlohmann::json j = PlanToJson(a);
+  EXPECT_EQ(j["fused_kernels"], true);
+  j["fused_kernels"] = false;  // what runs recorded before the kernels say
+  EXPECT_FALSE(PlanFromJson(j, "composite").fused_kernels);
+  j.erase("fused_kernels");  // a plan written before the field: today's executor runs the kernels
+  EXPECT_TRUE(PlanFromJson(j, "old").fused_kernels);
+  j["fused_kernels"] = "yes";
+  EXPECT_THROW(PlanFromJson(j, "typed"), UserError);
+  a.fused_kernels = false;
+  EXPECT_NE(PlanSummary(a).find("composite kernels"), std::string::npos) << PlanSummary(a);
+}
+
 TEST(PlanTest, LayerLists) {
   EXPECT_EQ(ParseLayerList("none", 8), std::vector<int>{});
   EXPECT_EQ(ParseLayerList("all", 4), (std::vector<int>{0, 1, 2, 3}));
