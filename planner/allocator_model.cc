@@ -33,10 +33,6 @@ int64_t SegmentSizeFor(int64_t size) {
 
 }  // namespace
 
-bool CachingAllocatorModel::FreeKey::operator<(const FreeKey& o) const {
-  return std::tie(stream, size, address) < std::tie(o.stream, o.size, o.address);
-}
-
 void CachingAllocatorModel::Stat::Add(int64_t bytes) {
   current += bytes;
   peak = std::max(peak, current);
