@@ -112,7 +112,8 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
   rs.unit = u;
   rs.micro_batch = mb;
   rs.name = OpName("reduce-scatter", u, mb);
-  rs.deps = {bwd};
+  rs.deps.reserve(2);  // and the compute op ToIssueOrder may add
+  rs.deps.push_back(bwd);
   rs.work.collective = CollectiveOp::kReduceScatter;
   rs.work.collective_bytes = ReduceBytes() * Padded(u);
   rs.work.group_size = G(u);
@@ -125,9 +126,8 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
 }
 
 void ProgramBuilder::AccumulateThrough(int rs_id) {
-  while (!pending_shards_.empty() && pending_shards_.front().rs <= rs_id) {
-    const PendingShard s = pending_shards_.front();
-    pending_shards_.erase(pending_shards_.begin());
+  while (pending_head_ < pending_shards_.size() && pending_shards_[pending_head_].rs <= rs_id) {
+    const PendingShard s = pending_shards_[pending_head_++];
     StepOp op;
     op.kind = OpKind::kAccumulateShard;
     op.stream = StreamKind::kCompute;

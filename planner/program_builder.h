@@ -10,6 +10,7 @@
 // here, once; the simulator and the executor only interpret the result.
 #pragma once
 
+#include <array>
 #include <deque>
 #include <span>
 #include <string>
@@ -169,10 +170,12 @@ class ProgramBuilder {
   struct PendingShard {
     int rs = -1;  // the reduce-scatter
     int unit = -1, mb = -1;
-    std::vector<int> temporaries;  // its input and output, freed when accumulated
+    std::array<int, 2> temporaries;  // its input and output, freed when accumulated
     bool last_mb = false;
   };
-  std::vector<PendingShard> pending_shards_;  // reduce-scatters not yet accumulated, in issue order
+  // Reduce-scatters in issue order; those from pending_head_ on are not yet accumulated.
+  std::vector<PendingShard> pending_shards_;
+  size_t pending_head_ = 0;
   int last_loss_ = -1;  // the last head forward (the step's loss is complete after it)
   int clip_ = -1;       // the clipping op: every optimizer update waits for it
 };

@@ -42,7 +42,11 @@ BlockActivationBytes BlockActivations(const Plan& plan, const HardwareProfile& p
 
 int ProgramBuilder::Gather(int u, int mb, bool backward) {
   const double bytes = ParamBytes() * Padded(u);
-  std::vector<int> deps;
+  StepOp op;
+  // Up to two releases, the copy from the host and the compute op that
+  // ToIssueOrder adds: reserved once (a gather's deps were three allocations).
+  std::vector<int>& deps = op.deps;
+  deps.reserve(4);
   const bool kept = !backward && KeepsParamsThroughBackward(u);
   if (!kept && in_flight_.size() > static_cast<size_t>(plan_.prefetch_depth)) {
     deps.push_back(release_of_[in_flight_.front()]);  // its use comes earlier, so its release exists
@@ -60,17 +64,16 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
     copy.name = OpName("h2d params", u, mb, backward);
     copy.work.copy_bytes = bytes / G(u);
     copy.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, bytes / G(u)});
-    copy.deps = deps;
+    copy.deps.reserve(deps.size() + 1);
+    copy.deps.assign(deps.begin(), deps.end());
     deps.push_back(Add(std::move(copy)));
   }
-  StepOp op;
   op.kind = OpKind::kAllGather;
   op.stream = StreamKind::kGather;
   op.group = CommGroup::kShard;
   op.unit = u;
   op.micro_batch = mb;
   op.name = OpName("all-gather", u, mb, backward);
-  op.deps = deps;
   op.work.collective = CollectiveOp::kAllGather;
   op.work.collective_bytes = bytes;
   op.work.group_size = G(u);

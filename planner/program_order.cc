@@ -66,16 +66,26 @@ void ToIssueOrder(StepProgram& program) {
   reordered.reserve(n);
   int last_compute = -1;
   for (int old : order) {
-    StepOp op = std::move(ops[old]);
+    StepOp& op = reordered.emplace_back(std::move(ops[old]));
     op.id = new_id[old];
-    for (int& d : op.deps) d = new_id[d];
-    if (WaitsForCompute(op.stream) && last_compute >= 0 &&
-        std::find(op.deps.begin(), op.deps.end(), last_compute) == op.deps.end())
+    // Renumbered deps are usually still in increasing order: sorted (and
+    // duplicates dropped) only when not, which is most of the work saved.
+    bool increasing = true, has_last_compute = false;
+    for (size_t k = 0; k < op.deps.size(); ++k) {
+      int& d = op.deps[k];
+      d = new_id[d];
+      increasing &= k == 0 || d > op.deps[k - 1];
+      has_last_compute |= d == last_compute;
+    }
+    if (WaitsForCompute(op.stream) && last_compute >= 0 && !has_last_compute) {
+      increasing &= op.deps.empty() || last_compute > op.deps.back();
       op.deps.push_back(last_compute);
-    std::sort(op.deps.begin(), op.deps.end());
-    op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
+    }
+    if (!increasing) {
+      std::sort(op.deps.begin(), op.deps.end());
+      op.deps.erase(std::unique(op.deps.begin(), op.deps.end()), op.deps.end());
+    }
     if (op.stream == StreamKind::kCompute) last_compute = op.id;
-    reordered.push_back(std::move(op));
   }
   ops = std::move(reordered);
 }
