@@ -53,15 +53,13 @@ void ProgramTensors::Free(int id, std::vector<MemoryDelta>& events) {
 void ProgramTensors::Stamp(const MemoryTemplate& t, std::span<const int> inputs, std::vector<MemoryDelta>& events,
                            std::vector<int>& result) {
   const int base = static_cast<int>(tensors_.size()) - t.inputs;  // made tensor j: id base + inputs + j
-  tensors_.resize(tensors_.size() + static_cast<size_t>(t.made));
   auto id_of = [&](int relative) { return relative < t.inputs ? inputs[relative] : base + relative; };
-  size_t out = events.size();
-  events.resize(out + t.events.size());
+  events.reserve(events.size() + t.events.size());
   for (const MemoryDelta& d : t.events) {
     const int id = id_of(d.tensor);
-    if (d.bytes > 0) {
-      tensors_[id] = {d.category, true, d.bytes};
-      events[out++] = {d.category, d.bytes, id};
+    if (d.bytes > 0) {  // the call's next tensor (it makes them in id order)
+      tensors_.push_back({d.category, true, d.bytes});
+      events.push_back({d.category, d.bytes, id});
       continue;
     }
     // A free: of an input, whatever its category and size here, or of a
@@ -69,7 +67,7 @@ void ProgramTensors::Stamp(const MemoryTemplate& t, std::span<const int> inputs,
     if (id < 0 || !tensors_[id].live) throw std::logic_error("memory model: tensor " + std::to_string(id) + " is not live");
     Tensor& freed = tensors_[id];
     freed.live = false;
-    events[out++] = {freed.category, -freed.bytes, id};
+    events.push_back({freed.category, -freed.bytes, id});
   }
   result.resize(t.result.size());
   for (size_t i = 0; i < t.result.size(); ++i) result[i] = t.result[i] < 0 ? -1 : id_of(t.result[i]);
