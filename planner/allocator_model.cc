@@ -33,10 +33,6 @@ int64_t SegmentSizeFor(int64_t size) {
 
 }  // namespace
 
-bool CachingAllocatorModel::FreeKey::operator<(const FreeKey& o) const {
-  return std::tie(stream, size, address) < std::tie(o.stream, o.size, o.address);
-}
-
 void CachingAllocatorModel::Stat::Add(int64_t bytes) {
   current += bytes;
   peak = std::max(peak, current);
@@ -66,17 +62,9 @@ void CachingAllocatorModel::DropBlock(int b) {
   unused_block_slots_.push_back(b);
 }
 
-CachingAllocatorModel::FreeKey CachingAllocatorModel::KeyOf(int b) const {
+FreeBlockKey CachingAllocatorModel::KeyOf(int b) const {
   const Block& blk = blocks_[b];
-  return FreeKey{blk.size, blk.address, blk.stream, b};
-}
-
-// get_free_block: lower_bound of (stream, size) in the pool is the smallest
-// block of this stream that fits, the lowest-addressed one among equals.
-CachingAllocatorModel::FreeBlocks::iterator CachingAllocatorModel::FindFreeBlock(int64_t size, int stream, Pool pool) {
-  FreeBlocks& free_blocks = PoolOf(pool);
-  auto it = free_blocks.lower_bound(FreeKey{size, std::numeric_limits<int64_t>::min(), stream, -1});
-  return it != free_blocks.end() && it->stream == stream ? it : free_blocks.end();
+  return FreeBlockKey{blk.size, blk.address, blk.stream, b};
 }
 
 // alloc_block: one cudaMalloc, which fails when the device (or the
@@ -112,13 +100,15 @@ int64_t CachingAllocatorModel::Malloc(double bytes, int stream) {
 
   const int64_t size = RoundSize(static_cast<int64_t>(std::ceil(bytes)));
   const Pool pool = size <= kSmallSize ? Pool::kSmall : Pool::kLarge;
-  FreeBlocks& free_blocks = PoolOf(pool);
-  // The cached block it takes stays in the pool until it is known whether
+  FreeBlockPool& free_blocks = PoolOf(pool);
+  // get_free_block: the lower bound of (stream, size) in the pool is the
+  // smallest block of this stream that fits, the lowest-addressed among
+  // equals. The block it takes stays in the pool until it is known whether
   // its tail goes back there (then the tail's key replaces the block's).
-  // (`cached` is valid only when from_pool: a retry below changes the pool).
-  FreeBlocks::iterator cached = FindFreeBlock(size, stream, pool);
-  const bool from_pool = cached != free_blocks.end();
-  int b = from_pool ? cached->block : -1;
+  // (`cached` is used only when from_pool: a retry below changes the pool).
+  const FreeBlockPool::Position cached = free_blocks.LowerBound(size, stream);
+  const bool from_pool = cached.valid();
+  int b = from_pool ? free_blocks.At(cached).block : -1;
   if (!from_pool) {
     const int64_t segment_size = SegmentSizeFor(size);
     b = AllocateSegment(segment_size, stream, pool);
@@ -156,10 +146,10 @@ int64_t CachingAllocatorModel::Malloc(double bytes, int stream) {
     if (tail.next >= 0) blocks_[tail.next].prev = rest;
     head.next = rest;
     head.size = size;
-    if (from_pool) free_blocks.replace(cached, KeyOf(rest));
-    else free_blocks.insert(KeyOf(rest));
+    if (from_pool) free_blocks.Replace(cached, KeyOf(rest));
+    else free_blocks.Insert(KeyOf(rest));
   } else if (from_pool) {
-    free_blocks.erase(cached);
+    free_blocks.Erase(cached);
   }
 
   Block& blk = blocks_[b];
@@ -220,19 +210,20 @@ int64_t CachingAllocatorModel::EventsRecorded(int stream) const {
 // the pool. Neighbours that are allocated or still waiting for events stay
 // separate blocks.
 void CachingAllocatorModel::ReturnToPool(int b) {
-  FreeBlocks& free_blocks = PoolOf(blocks_[b].pool);
+  FreeBlockPool& free_blocks = PoolOf(blocks_[b].pool);
   auto is_free = [&](int n) { return n >= 0 && !blocks_[n].allocated && blocks_[n].pending_events == 0; };
 
   const int prev = blocks_[b].prev, next = blocks_[b].next;
   const bool merge_prev = is_free(prev), merge_next = is_free(next);
-  // The merged block's key takes the place of a neighbour's (replace moves
+  // The merged block's key takes the place of a neighbour's (Replace moves
   // only the keys between the two), or is inserted when neither was free.
-  FreeBlocks::iterator absorbed = free_blocks.end();
+  // A free neighbour is in the pool.
+  FreeBlockPool::Position absorbed;
   if (merge_next) {
-    if (merge_prev) free_blocks.erase(KeyOf(next));
-    else absorbed = free_blocks.find(KeyOf(next));
+    if (merge_prev) free_blocks.Erase(free_blocks.Find(KeyOf(next)));
+    else absorbed = free_blocks.Find(KeyOf(next));
   }
-  if (merge_prev) absorbed = free_blocks.find(KeyOf(prev));
+  if (merge_prev) absorbed = free_blocks.Find(KeyOf(prev));
   if (merge_prev) {
     Block& blk = blocks_[b];
     blk.address = blocks_[prev].address;
@@ -248,8 +239,8 @@ void CachingAllocatorModel::ReturnToPool(int b) {
     if (blk.next >= 0) blocks_[blk.next].prev = b;
     DropBlock(next);
   }
-  if (absorbed != free_blocks.end()) free_blocks.replace(absorbed, KeyOf(b));
-  else free_blocks.insert(KeyOf(b));
+  if (absorbed.valid()) free_blocks.Replace(absorbed, KeyOf(b));
+  else free_blocks.Insert(KeyOf(b));
 }
 
 // process_events, at the start of every Malloc: each stream's events complete
@@ -282,20 +273,17 @@ void CachingAllocatorModel::WaitForAllEvents() {
 // split, or merged back whole) can be cudaFree'd; a segment with any block in
 // use keeps all of it.
 void CachingAllocatorModel::ReleaseWhollyFreeSegments() {
-  for (FreeBlocks* free_blocks : {&large_free_, &small_free_}) {
-    for (auto it = free_blocks->begin(); it != free_blocks->end();) {
-      const int b = it->block;
+  for (FreeBlockPool* free_blocks : {&large_free_, &small_free_}) {
+    free_blocks->EraseIf([&](const FreeBlockKey& key) {
+      const int b = key.block;
       const Block& blk = blocks_[b];
-      if (blk.prev >= 0 || blk.next >= 0) {
-        ++it;
-        continue;
-      }
+      if (blk.prev >= 0 || blk.next >= 0) return false;
       segments_[blk.segment].held = false;
       reserved_.Add(-blk.size);
       --num_segments_;
       DropBlock(b);
-      it = free_blocks->erase(it);
-    }
+      return true;
+    });
   }
 }
 

@@ -65,16 +65,19 @@
 // 2.11 recorded on the GPU machine (tools/device/record_allocator.py,
 // tests/data/allocator/).
 //
-// Cost: O(log n) per Malloc and Free in the number of cached blocks (the
-// cudaFree-and-retry path scans the pools), so the plan search can replay a
-// few thousand allocations for hundreds of plans.
+// Cost: per Malloc and Free, a few searches of short lists of free blocks
+// of one size class (planner/free_block_pool.h), O(log n) at worst in the
+// number of cached blocks (the cudaFree-and-retry path scans the pools), so
+// the plan search can replay tens of thousands of allocations for each of
+// dozens of plans.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <algorithm>
 #include <vector>
+
+#include "planner/free_block_pool.h"
 
 namespace llmplan {
 
@@ -196,14 +199,6 @@ class CachingAllocatorModel {
     int pending_events = 0;      // events that must complete before it is free
     std::vector<int> used_on;    // other streams recorded since allocation
   };
-  // Key of a free block: the real pool's order, (stream, size, address).
-  struct FreeKey {
-    int64_t size;
-    int64_t address;
-    int stream;
-    int block;  // 24 bytes: the free sets move keys on every insert and erase
-    bool operator<(const FreeKey& o) const;
-  };
   struct Segment {
     int64_t address = 0, size = 0;
     int stream = 0;
@@ -227,48 +222,8 @@ class CachingAllocatorModel {
 
   int NewBlock();
   void DropBlock(int b);
-  // Free blocks of one pool in key order: a sorted vector, because a pool
-  // holds hundreds of blocks at most and a split, merge or reuse then costs a
-  // short memmove instead of a tree node's malloc and free (the plan search
-  // replays a step of ~10^4 allocations for every candidate that might fit).
-  class FreeBlocks {
-   public:
-    using iterator = std::vector<FreeKey>::iterator;
-    iterator begin() { return keys_.begin(); }
-    iterator end() { return keys_.end(); }
-    iterator lower_bound(const FreeKey& k) { return std::lower_bound(keys_.begin(), keys_.end(), k); }
-    void insert(const FreeKey& k) { keys_.insert(lower_bound(k), k); }
-    iterator erase(iterator it) { return keys_.erase(it); }
-    void erase(const FreeKey& k) {  // as std::set: nothing when k is absent
-      const iterator it = lower_bound(k);
-      if (it != keys_.end() && !(k < *it)) keys_.erase(it);
-    }
-    // The key equal to k, or end().
-    iterator find(const FreeKey& k) {
-      const iterator it = lower_bound(k);
-      return it != keys_.end() && !(k < *it) ? it : keys_.end();
-    }
-    // erase(it) then insert(k), moving only the keys between the two places
-    // (a split block's tail sorts just below it, a merged block above its parts).
-    void replace(iterator it, const FreeKey& k) {
-      if (k < *it) {
-        const iterator to = std::lower_bound(keys_.begin(), it, k);
-        std::move_backward(to, it, it + 1);
-        *to = k;
-      } else {
-        const iterator to = std::lower_bound(it + 1, keys_.end(), k);
-        std::move(it + 1, to, it);
-        *(to - 1) = k;
-      }
-    }
-
-   private:
-    std::vector<FreeKey> keys_;
-  };
-  FreeBlocks& PoolOf(Pool pool) { return pool == Pool::kSmall ? small_free_ : large_free_; }
-  FreeKey KeyOf(int b) const;
-  // The pool's smallest block of `stream` with size >= `size`, or end().
-  FreeBlocks::iterator FindFreeBlock(int64_t size, int stream, Pool pool);
+  FreeBlockPool& PoolOf(Pool pool) { return pool == Pool::kSmall ? small_free_ : large_free_; }
+  FreeBlockKey KeyOf(int b) const;
   int AllocateSegment(int64_t segment_size, int stream, Pool pool);
   void ReturnToPool(int b);
   void ProcessCompletedEvents();
@@ -282,7 +237,7 @@ class CachingAllocatorModel {
   std::vector<Block> blocks_;
   std::vector<int> unused_block_slots_;
   std::vector<Segment> segments_;
-  FreeBlocks small_free_, large_free_;
+  FreeBlockPool small_free_, large_free_;
   std::map<int, StreamEvents> events_;  // by stream
   int64_t next_address_;
 

@@ -17,7 +17,7 @@ void ProgramBuilder::Backward(int mb) {
       if (KeepsParamsThroughBackward(u)) gathered = gather_fwd_[u];
       else if (U(u).kind != UnitKind::kEmbedding) gathered = Gather(u, mb, true);
     }
-    SavedTensors& saved = saved_.at({u, mb});
+    std::vector<int>& saved = saved_[u];  // this micro-batch's forward's (or recompute's) tensors
     int recompute = -1;
     if (Recomputed(u)) {
       StepOp op;
@@ -28,10 +28,8 @@ void ProgramBuilder::Backward(int mb) {
       op.name = OpName("recompute", u, mb);
       FillForwardWork(u, op.work);
       op.deps = {gathered, previous};
-      MemoryScript memory(tensors_, kUnitEvents);
-      memory.saved_category = MemoryCategory::kRecompute;
-      saved = BlockRecompute(shape_, saved, memory);
-      op.alloc_at_start = std::move(memory.events);
+      CallMemoryModel(MemoryCall::kBlockRecompute, saved, op.alloc_at_start, call_result_);
+      saved.swap(call_result_);
       recompute = Add(std::move(op));
     }
     // The backward waits for the reduce-scatter two before it, whose shard
@@ -49,33 +47,35 @@ void ProgramBuilder::Backward(int mb) {
     op.name = OpName("backward", u, mb);
     FillBackwardWork(u, op.work);
     op.deps = {gathered, recompute, previous, throttle};
-    MemoryScript memory(tensors_, kUnitEvents);
+    // The backward's memory model call: on the forward's tensors and the
+    // gradient flowing in from the unit above (the head's backward starts it).
+    call_inputs_.assign(saved.begin(), saved.end());
+    if (U(u).kind != UnitKind::kHead) call_inputs_.push_back(flowing_);
+    const MemoryCall call = U(u).kind == UnitKind::kHead    ? MemoryCall::kHeadBackward
+                            : U(u).kind == UnitKind::kBlock ? MemoryCall::kBlockBackward
+                                                            : MemoryCall::kEmbeddingBackward;
+    const MemoryTemplate& recorded = Recorded(call, call_inputs_);
+    std::vector<MemoryDelta>& events = op.alloc_at_start;
+    events.reserve(recorded.events.size() + 4);  // and the gradient buffers' events around it
     // The unsharded gradient in the compute dtype exists from the backward
     // that first writes it (a tied embedding's from the head's) to its
     // reduction.
     auto materialize = [&](int unit) {
       if (compute_grad_[unit] < 0)
-        compute_grad_[unit] = memory.Alloc(MemoryCategory::kGradBuffers, ParamBytes() * Padded(unit));
+        compute_grad_[unit] = tensors_.Alloc(MemoryCategory::kGradBuffers, ParamBytes() * Padded(unit), events);
     };
     materialize(u);
     if (U(u).kind == UnitKind::kHead && plan_.model.tied_embeddings) materialize(0);
-    switch (U(u).kind) {
-      case UnitKind::kHead: flowing_[mb] = HeadBackward(shape_, saved, memory); break;
-      case UnitKind::kBlock: flowing_[mb] = BlockBackward(shape_, saved, flowing_.at(mb), memory); break;
-      case UnitKind::kEmbedding:
-        EmbeddingBackward(shape_, saved, flowing_.at(mb), static_cast<double>(plan_.model.EmbeddingParams()), memory);
-        flowing_.erase(mb);
-        break;
-    }
-    saved_.erase({u, mb});
+    tensors_.Stamp(recorded, call_inputs_, events, call_result_);
+    flowing_ = call_result_.empty() ? -1 : call_result_[0];  // the embedding's sends none
+    saved.clear();
     if (G(u) > 1) {
       // Cast for the reduce-scatter (its private input), then the
       // compute-dtype buffer goes back to the allocator.
-      reduce_input_[u] = memory.Alloc(MemoryCategory::kGradBuffers, ReduceBytes() * Padded(u));
-      memory.Free(compute_grad_[u]);
+      reduce_input_[u] = tensors_.Alloc(MemoryCategory::kGradBuffers, ReduceBytes() * Padded(u), events);
+      tensors_.Free(compute_grad_[u], events);
       compute_grad_[u] = -1;
     }
-    op.alloc_at_start = std::move(memory.events);
     const int bwd = Add(std::move(op));
     previous = bwd;
     if (gathered >= 0) Release(u, mb, bwd, true);
@@ -98,10 +98,8 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
     op.work.elementwise_bytes = Padded(u) * (ParamBytes() + 8);
     op.work.launches = 2;
     if (last_mb && R(u) > 1) op.gradient_scale = 1.0 / R(u);
-    MemoryScript memory(tensors_);
-    memory.Free(compute_grad_[u]);
+    tensors_.Free(compute_grad_[u], op.alloc_at_start);
     compute_grad_[u] = -1;
-    op.alloc_at_start = std::move(memory.events);
     AfterReduction(u, Add(std::move(op)), last_mb);
     return;
   }
@@ -114,14 +112,13 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
   rs.unit = u;
   rs.micro_batch = mb;
   rs.name = OpName("reduce-scatter", u, mb);
-  rs.deps = {bwd};
+  rs.deps.reserve(2);  // and the compute op ToIssueOrder may add
+  rs.deps.push_back(bwd);
   rs.work.collective = CollectiveOp::kReduceScatter;
   rs.work.collective_bytes = ReduceBytes() * Padded(u);
   rs.work.group_size = G(u);
   rs.work.spans_nodes = GroupSpansNodes(G(u));
-  MemoryScript memory(tensors_);
-  const int shard = memory.Alloc(MemoryCategory::kGradBuffers, ReduceBytes() * Padded(u) / G(u));
-  rs.alloc_at_start = std::move(memory.events);
+  const int shard = tensors_.Alloc(MemoryCategory::kGradBuffers, ReduceBytes() * Padded(u) / G(u), rs.alloc_at_start);
   const int id = Add(std::move(rs));
   reduce_scatters_.push_back(id);
   pending_shards_.push_back({id, u, mb, {reduce_input_[u], shard}, last_mb});
@@ -129,9 +126,8 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
 }
 
 void ProgramBuilder::AccumulateThrough(int rs_id) {
-  while (!pending_shards_.empty() && pending_shards_.front().rs <= rs_id) {
-    const PendingShard s = pending_shards_.front();
-    pending_shards_.erase(pending_shards_.begin());
+  while (pending_head_ < pending_shards_.size() && pending_shards_[pending_head_].rs <= rs_id) {
+    const PendingShard s = pending_shards_[pending_head_++];
     StepOp op;
     op.kind = OpKind::kAccumulateShard;
     op.stream = StreamKind::kCompute;
@@ -143,9 +139,7 @@ void ProgramBuilder::AccumulateThrough(int rs_id) {
     op.work.elementwise_bytes = Padded(s.unit) / G(s.unit) * (ReduceBytes() + 8);
     op.work.launches = 1;
     if (s.last_mb && R(s.unit) > 1) op.gradient_scale = 1.0 / R(s.unit);
-    MemoryScript memory(tensors_);
-    for (int t : s.temporaries) memory.Free(t);
-    op.alloc_at_start = std::move(memory.events);
+    for (int t : s.temporaries) tensors_.Free(t, op.alloc_at_start);
     AfterReduction(s.unit, Add(std::move(op)), s.last_mb);
   }
 }

@@ -158,6 +158,7 @@ void ProgramBuilder::MakeUnits() {
   // (plain attention), a checkpointed block's recompute included: reserved
   // once, so the registry never moves its (megabytes of) entries.
   tensors_.Reserve(static_cast<size_t>(plan_.grad_accum) * (m.layers + 2) * 104);
+  saved_.assign(static_cast<size_t>(m.layers + 2), {});
   shape_ = ShapeOf(m, plan_.micro_batch, plan_.seq_len, DTypeBytes(plan_.param_dtype), plan_.loss_chunk_tokens,
                    profile_.device_kind == "cpu", plan_.fused_kernels);
   const int n = NumUnits();
@@ -236,6 +237,54 @@ void ProgramBuilder::MakePersistent() {
   if (R() > 1) comms += 1;
   if (plan_.gpus > 1) comms += 1;
   pm.collective_buffers = comms * profile_.collective_buffer_bytes;
+}
+
+const MemoryTemplate& ProgramBuilder::Recorded(MemoryCall call, std::span<const int> inputs) {
+  auto matches = [&](const Recording& r) {
+    if (r.call != call || r.present.size() != inputs.size()) return false;
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (r.present[k] != (inputs[k] >= 0)) return false;
+    return true;
+  };
+  auto it = std::find_if(recordings_.begin(), recordings_.end(), matches);
+  if (it == recordings_.end()) {
+    std::vector<bool> present;
+    for (int id : inputs) present.push_back(id >= 0);
+    // SavedTensors <-> flattened ids (saved..., output).
+    auto saved_of = [](const std::vector<int>& ids, size_t n) {
+      SavedTensors s;
+      s.saved.assign(ids.begin(), ids.begin() + static_cast<long>(n) - 1);
+      s.output = ids[n - 1];
+      return s;
+    };
+    auto flat = [](const SavedTensors& s) {
+      std::vector<int> ids = s.saved;
+      ids.push_back(s.output);
+      return ids;
+    };
+    const MemoryCategory saved_category =
+        call == MemoryCall::kBlockRecompute ? MemoryCategory::kRecompute : MemoryCategory::kActivations;
+    MemoryTemplate recorded = RecordMemoryCall(present, saved_category, [&](MemoryScript& s, const std::vector<int>& in) {
+      switch (call) {
+        case MemoryCall::kEmbeddingForward: return flat(EmbeddingForward(shape_, s));
+        case MemoryCall::kBlockForward: return flat(BlockForward(shape_, /*keep_graph=*/true, s));
+        case MemoryCall::kBlockForwardNoGraph: return flat(BlockForward(shape_, /*keep_graph=*/false, s));
+        case MemoryCall::kHeadForward: return flat(HeadForward(shape_, OutputMatrixParams(), s));
+        case MemoryCall::kBlockRecompute: return flat(BlockRecompute(shape_, saved_of(in, in.size()), s));
+        case MemoryCall::kHeadBackward: return std::vector<int>{HeadBackward(shape_, saved_of(in, in.size()), s)};
+        case MemoryCall::kBlockBackward:
+          return std::vector<int>{BlockBackward(shape_, saved_of(in, in.size() - 1), in.back(), s)};
+        case MemoryCall::kEmbeddingBackward:
+          EmbeddingBackward(shape_, saved_of(in, in.size() - 1), in.back(),
+                            static_cast<double>(plan_.model.EmbeddingParams()), s);
+          return std::vector<int>{};
+      }
+      return std::vector<int>{};
+    });
+    recordings_.push_back({call, std::move(present), std::move(recorded)});
+    it = recordings_.end() - 1;
+  }
+  return it->events;
 }
 
 int ProgramBuilder::Add(StepOp op) {

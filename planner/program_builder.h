@@ -10,8 +10,9 @@
 // here, once; the simulator and the executor only interpret the result.
 #pragma once
 
+#include <array>
 #include <deque>
-#include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "planner/hardware_profile.h"
 #include "planner/memory_model.h"
 #include "planner/plan.h"
+#include "planner/program_tensors.h"
 #include "planner/step_program.h"
 
 namespace llmplan {
@@ -46,9 +48,31 @@ class ProgramBuilder {
   // (mb < 0: none), built in one allocation: a 70B program names ~3,000
   // ops. Empty without op_names_.
   std::string OpName(std::string_view what, int u, int mb = -1, bool backward = false) const;
-  // Memory events of one unit's forward, recompute or backward: at most 75
-  // on a GPU (a checkpointed block's forward, the head's chunked loss).
-  static constexpr size_t kUnitEvents = 80;
+  // The memory model's calls (planner/memory_model.h) the program makes.
+  // Their tensors pass through the builder flattened: a SavedTensors as its
+  // saved ids then its output.
+  enum class MemoryCall {
+    kEmbeddingForward,
+    kBlockForward,         // keeping its graph
+    kBlockForwardNoGraph,  // a checkpointed block's forward
+    kHeadForward,
+    kBlockRecompute,       // inputs: the forward's tensors
+    kHeadBackward,         // inputs: the forward's tensors
+    kBlockBackward,        // inputs: the forward's (or recompute's) tensors, then the gradient flowing in
+    kEmbeddingBackward,    // inputs: as kBlockBackward
+  };
+  // The recording of `call` with `inputs`' pattern of absent ones, made at
+  // its first use (planner/program_tensors.h): tensors_.Stamp makes the
+  // call's events from it.
+  const MemoryTemplate& Recorded(MemoryCall call, std::span<const int> inputs);
+  // `call` on `inputs`: its events appended to `events`, the ids it returns
+  // in `result` (which must not be `inputs`).
+  void CallMemoryModel(MemoryCall call, std::span<const int> inputs, std::vector<MemoryDelta>& events,
+                       std::vector<int>& result) {
+    const MemoryTemplate& t = Recorded(call, inputs);
+    events.reserve(events.size() + t.events.size());
+    tensors_.Stamp(t, inputs, events, result);
+  }
 
   // --- program_forward.cc ---
   void Forward(int mb);
@@ -106,11 +130,22 @@ class ProgramBuilder {
   const HardwareProfile& profile_;
   const bool op_names_;
   StepProgram p_;
-  // Memory, tensor by tensor (planner/memory_model.h).
+  // Memory, tensor by tensor (planner/memory_model.h), the memory model's
+  // calls recorded once each and stamped (planner/program_tensors.h).
   ActivationShape shape_;
-  TensorRegistry tensors_;
-  std::map<std::pair<int, int>, SavedTensors> saved_;  // (unit, micro-batch) -> its forward's tensors
-  std::map<int, int> flowing_;      // micro-batch -> the gradient passed down
+  ProgramTensors tensors_;
+  struct Recording {
+    MemoryCall call;
+    std::vector<bool> present;  // which inputs were not -1
+    MemoryTemplate events;
+  };
+  std::vector<Recording> recordings_;
+  // Per unit: its forward's tensors, flattened, from its forward to its
+  // backward in the same micro-batch (each micro-batch's forward and
+  // backward are built before the next's).
+  std::vector<std::vector<int>> saved_;
+  int flowing_ = -1;                // the gradient passed down, during a backward
+  std::vector<int> call_inputs_, call_result_;  // scratch for CallMemoryModel's arguments
   std::vector<int> gathered_;       // per unit: its gathered compute buffer (-1: released)
   std::vector<int> compute_grad_;   // per unit: its unsharded compute-dtype gradient (-1: released)
   std::vector<int> reduce_input_;   // per unit: its gradient cast for the reduce-scatter
@@ -123,7 +158,7 @@ class ProgramBuilder {
   // kept head made the next block's gather wait for the previous block's
   // release: measured 0.27-0.5 ms exposed per block on 2 x H200).
   std::deque<int> in_flight_;         // gathers (op ids) of units gathered for one use, oldest first
-  std::map<int, int> release_of_;     // gather op id -> the release that ends its use
+  std::vector<int> release_of_;       // gather op id -> the release that ends its use (-1: none yet)
   std::vector<int> current_gather_;   // per unit: its gather in use (-1: none)
   std::vector<int> last_release_of_unit_;
   std::vector<int> last_forward_, gather_fwd_;
@@ -135,10 +170,12 @@ class ProgramBuilder {
   struct PendingShard {
     int rs = -1;  // the reduce-scatter
     int unit = -1, mb = -1;
-    std::vector<int> temporaries;  // its input and output, freed when accumulated
+    std::array<int, 2> temporaries;  // its input and output, freed when accumulated
     bool last_mb = false;
   };
-  std::vector<PendingShard> pending_shards_;  // reduce-scatters not yet accumulated, in issue order
+  // Reduce-scatters in issue order; those from pending_head_ on are not yet accumulated.
+  std::vector<PendingShard> pending_shards_;
+  size_t pending_head_ = 0;
   int last_loss_ = -1;  // the last head forward (the step's loss is complete after it)
   int clip_ = -1;       // the clipping op: every optimizer update waits for it
 };

@@ -42,10 +42,14 @@ BlockActivationBytes BlockActivations(const Plan& plan, const HardwareProfile& p
 
 int ProgramBuilder::Gather(int u, int mb, bool backward) {
   const double bytes = ParamBytes() * Padded(u);
-  std::vector<int> deps;
+  StepOp op;
+  // Up to two releases, the copy from the host and the compute op that
+  // ToIssueOrder adds: reserved once (a gather's deps were three allocations).
+  std::vector<int>& deps = op.deps;
+  deps.reserve(4);
   const bool kept = !backward && KeepsParamsThroughBackward(u);
   if (!kept && in_flight_.size() > static_cast<size_t>(plan_.prefetch_depth)) {
-    deps.push_back(release_of_.at(in_flight_.front()));  // its use comes earlier, so its release exists
+    deps.push_back(release_of_[in_flight_.front()]);  // its use comes earlier, so its release exists
     in_flight_.pop_front();
   }
   deps.push_back(last_release_of_unit_[u]);  // the unit's buffer is reused
@@ -60,17 +64,16 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
     copy.name = OpName("h2d params", u, mb, backward);
     copy.work.copy_bytes = bytes / G(u);
     copy.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, bytes / G(u)});
-    copy.deps = deps;
+    copy.deps.reserve(deps.size() + 1);
+    copy.deps.assign(deps.begin(), deps.end());
     deps.push_back(Add(std::move(copy)));
   }
-  StepOp op;
   op.kind = OpKind::kAllGather;
   op.stream = StreamKind::kGather;
   op.group = CommGroup::kShard;
   op.unit = u;
   op.micro_batch = mb;
   op.name = OpName("all-gather", u, mb, backward);
-  op.deps = deps;
   op.work.collective = CollectiveOp::kAllGather;
   op.work.collective_bytes = bytes;
   op.work.group_size = G(u);
@@ -81,12 +84,11 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
     op.work.elementwise_bytes = Padded(u) * ((params_offloaded ? ParamBytes() : 4) + ParamBytes());
     op.work.launches = 1;
   }
-  MemoryScript memory(tensors_);
-  gathered_[u] = memory.Alloc(MemoryCategory::kGatheredParams, bytes);
-  op.alloc_at_start = std::move(memory.events);
+  gathered_[u] = tensors_.Alloc(MemoryCategory::kGatheredParams, bytes, op.alloc_at_start);
   if (params_offloaded) op.free_at_end.push_back({MemoryCategory::kOffloadStaging, -bytes / G(u)});
   const int id = Add(std::move(op));
   current_gather_[u] = id;
+  if (release_of_.size() <= static_cast<size_t>(id)) release_of_.resize(static_cast<size_t>(id) + 1, -1);
   if (!kept) in_flight_.push_back(id);
   return id;
 }
@@ -99,10 +101,8 @@ int ProgramBuilder::Release(int u, int mb, int after, bool backward) {
   op.micro_batch = mb;
   op.name = OpName("release", u, mb, backward);
   op.deps = {after};
-  MemoryScript memory(tensors_);
-  memory.Free(gathered_[u]);
+  tensors_.Free(gathered_[u], op.alloc_at_start);
   gathered_[u] = -1;
-  op.alloc_at_start = std::move(memory.events);
   const int id = Add(std::move(op));
   last_release_of_unit_[u] = id;
   release_of_[current_gather_[u]] = id;
@@ -138,13 +138,13 @@ void ProgramBuilder::Forward(int mb) {
     op.name = OpName("forward", u, mb);
     FillForwardWork(u, op.work);
     op.deps = {GathersParams(u) ? gather_fwd_[u] : -1, u > 0 ? last_forward_[u - 1] : -1};
-    MemoryScript memory(tensors_, kUnitEvents);
+    MemoryCall call = MemoryCall::kHeadForward;
     switch (U(u).kind) {
-      case UnitKind::kEmbedding: saved_[{u, mb}] = EmbeddingForward(shape_, memory); break;
-      case UnitKind::kBlock: saved_[{u, mb}] = BlockForward(shape_, /*keep_graph=*/!Recomputed(u), memory); break;
-      case UnitKind::kHead: saved_[{u, mb}] = HeadForward(shape_, OutputMatrixParams(), memory); break;
+      case UnitKind::kEmbedding: call = MemoryCall::kEmbeddingForward; break;
+      case UnitKind::kBlock: call = Recomputed(u) ? MemoryCall::kBlockForwardNoGraph : MemoryCall::kBlockForward; break;
+      case UnitKind::kHead: call = MemoryCall::kHeadForward; break;
     }
-    op.alloc_at_start = std::move(memory.events);
+    CallMemoryModel(call, {}, op.alloc_at_start, saved_[u]);
     last_forward_[u] = Add(std::move(op));
     if (U(u).kind == UnitKind::kHead) last_loss_ = last_forward_[u];
     if (GathersParams(u) && !KeepsParamsThroughBackward(u)) Release(u, mb, last_forward_[u], false);

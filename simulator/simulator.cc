@@ -29,15 +29,29 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
   SimulationResult r;
   r.ops.assign(n, {});
   std::array<StreamState, kNumStreams> streams;
-  for (const auto& op : ops) streams[static_cast<int>(op.stream)].queue.push_back(op.id);
+  const bool cpu_device = cost.profile().device_kind == "cpu";
 
+  // What the event loop below asks of an op, read from the program in one
+  // pass: the loop checks the head of each stream again and again, and
+  // reaching each op's own heap-allocated deps there was a cache miss per
+  // op, most of a simulation. Op i's deps are dep_ids[dep_begin[i]..dep_begin[i + 1]).
   std::vector<char> done(n, 0);
   std::vector<double> duration(n), issue_seconds(n);
+  std::vector<int> queued(n, 0);  // kernels each op puts in the device's queue (see the host below)
+  std::vector<char> blocks_host(n), priced_as_compute(n);
+  std::vector<int> dep_begin(n + 1, 0), dep_ids;
+  dep_ids.reserve(3 * n);
   for (size_t i = 0; i < n; ++i) {
-    duration[i] = cost.Seconds(ops[i]);
-    issue_seconds[i] = cost.IssueSeconds(ops[i]);
+    const StepOp& op = ops[i];
+    streams[static_cast<int>(op.stream)].queue.push_back(op.id);
+    duration[i] = cost.Seconds(op);
+    issue_seconds[i] = cost.IssueSeconds(op);
+    if (op.stream != StreamKind::kCpu && op.kind != OpKind::kRelease) queued[i] = std::max(1, op.work.launches);
+    blocks_host[i] = HostBlocks(op, cpu_device);
+    priced_as_compute[i] = CostModel::PricedAsCompute(op);
+    dep_ids.insert(dep_ids.end(), op.deps.begin(), op.deps.end());
+    dep_begin[i + 1] = static_cast<int>(dep_ids.size());
   }
-  const bool cpu_device = cost.profile().device_kind == "cpu";
 
   const double slowdown = cost.profile().compute_slowdown_during_collectives;
   const double collective_slowdown = cost.profile().collective_slowdown_during_compute;
@@ -55,10 +69,6 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
   // of milliseconds ahead of the GPU.
   constexpr double kInfinity = std::numeric_limits<double>::infinity();
   std::vector<double> issued_at(n, kInfinity);
-  std::vector<int> queued(n, 0);  // kernels each op puts in the device's queue
-  for (size_t i = 0; i < n; ++i)
-    if (ops[i].stream != StreamKind::kCpu && ops[i].kind != OpKind::kRelease)
-      queued[i] = std::max(1, ops[i].work.launches);
   const int queue_depth = cost.profile().launch_queue_depth;
   int in_queue = 0;
   size_t next_issue = 0;
@@ -70,18 +80,18 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
   auto host_can_issue = [&] { return next_issue < n && host_blocked_by < 0 && !queue_full(); };
   auto issue = [&] {
     while (host_can_issue() && host_time <= now) {
-      const StepOp& op = ops[next_issue++];
-      issued_at[op.id] = host_time;
-      r.ops[op.id].issued = host_time;
-      host_time += issue_seconds[op.id];
-      in_queue += queued[op.id];
-      if (HostBlocks(op, cpu_device)) host_blocked_by = op.id;
+      const int id = static_cast<int>(next_issue++);
+      issued_at[id] = host_time;
+      r.ops[id].issued = host_time;
+      host_time += issue_seconds[id];
+      in_queue += queued[id];
+      if (blocks_host[id]) host_blocked_by = id;
     }
   };
 
   const bool track_memory = options.track_memory || options.record_timeline;
   auto apply = [&](const std::vector<MemoryDelta>& deltas) {
-    if (deltas.empty() || !track_memory) return;
+    if (!track_memory || deltas.empty()) return;
     for (const auto& d : deltas) {
       current[static_cast<int>(d.category)] += d.bytes;
       in_use += d.bytes;
@@ -95,8 +105,8 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
   };
   auto ready = [&](int id) {
     if (issued_at[id] > now) return false;
-    for (int d : ops[id].deps)
-      if (!done[d]) return false;
+    for (int k = dep_begin[id]; k < dep_begin[id + 1]; ++k)
+      if (!done[dep_ids[k]]) return false;
     return true;
   };
   auto finish = [&](StreamState& s) {
@@ -158,7 +168,7 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
       double v = 1.0;
       if (kind == StreamKind::kCompute && collective_running) v = 1.0 / (1.0 + slowdown);
       // A one-GPU "gather" is a cast, priced as compute: it does not slow.
-      if (IsCollective(kind) && compute_running && !CostModel::PricedAsCompute(ops[streams[k].running]))
+      if (IsCollective(kind) && compute_running && !priced_as_compute[streams[k].running])
         v = 1.0 / (1.0 + collective_slowdown);
       if (shared_link && h2d && d2h && (kind == StreamKind::kHostToDevice || kind == StreamKind::kDeviceToHost))
         v = 0.5;

@@ -59,7 +59,8 @@ struct SimulationResult {
   std::vector<MemorySample> timeline;                  // when record_timeline
 };
 
-// REQUIRES: every dependency of an op precedes it in `program.ops`.
+// REQUIRES: every op's id is its index in `program.ops` (as the builder numbers
+// them), and every dependency of an op precedes it there.
 // Throws std::logic_error if the program deadlocks (a builder bug).
 SimulationResult Simulate(const StepProgram& program, const CostModel& cost, const SimulationOptions& options = {});
 
