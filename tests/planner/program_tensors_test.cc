@@ -34,8 +34,8 @@ SavedTensors Unflat(const std::vector<int>& ids) {
 // Two blocks' forward, recompute and backward, as the builder makes them for a
 // checkpointed block and a kept one (on a GPU and on a CPU, whose plain
 // attention saves more): stamped recordings against the calls themselves.
-void CheckBlocks(bool cpu_device) {
-  const ActivationShape a = ShapeOf(PresetModel("llama3.2-1b"), 2, 512, 2, 1024, cpu_device);
+void CheckBlocks(bool cpu_device, bool fused_kernels = true) {
+  const ActivationShape a = ShapeOf(PresetModel("llama3.2-1b"), 2, 512, 2, 1024, cpu_device, fused_kernels);
   auto forward = [&](bool keep) {
     return RecordMemoryCall({}, MemoryCategory::kActivations,
                             [&](MemoryScript& s, const std::vector<int>&) { return Flat(BlockForward(a, keep, s)); });
@@ -96,11 +96,14 @@ void CheckBlocks(bool cpu_device) {
 
 TEST(ProgramTensorsTest, StampedCallsMakeTheCallsOwnEventsOnAGpu) { CheckBlocks(/*cpu_device=*/false); }
 TEST(ProgramTensorsTest, StampedCallsMakeTheCallsOwnEventsOnACpu) { CheckBlocks(/*cpu_device=*/true); }
+TEST(ProgramTensorsTest, StampedCallsMakeTheCallsOwnEventsWithCompositeKernels) {
+  CheckBlocks(/*cpu_device=*/false, /*fused_kernels=*/false);
+}
 
 TEST(ProgramTensorsTest, AnAbsentInputIsPartOfTheRecording) {
   // EmbeddingBackward frees its flowing gradient; recorded without one, it
   // frees nothing there.
-  const ActivationShape a = ShapeOf(PresetModel("llama3.2-1b"), 1, 128, 2, 1024, false);
+  const ActivationShape a = ShapeOf(PresetModel("llama3.2-1b"), 1, 128, 2, 1024, false, true);
   auto record = [&](bool with_flowing) {
     return RecordMemoryCall({true, with_flowing}, MemoryCategory::kActivations,
                             [&](MemoryScript& s, const std::vector<int>& in) {
