@@ -277,25 +277,22 @@ SavedTensors HeadForward(const ActivationShape& a, double matrix_params, MemoryS
     const int row_loss = s.Alloc(kTemp, 4 * std::min(a.loss_chunk, a.tokens));
     s.Free(row_loss);
     s.Free(logits);
-    out.output = s.Alloc(kSaved, 4);  // the micro-batch's loss
-    s.Free(loss_sum);
-    s.Free(normed);  // Forward returns: `normed` dies
-    return out;
+  } else {
+    // One chunk (the largest; the others repeat it): logits in fp32, the
+    // log-sum-exp's (logits - max) temporary, then the gradient in the compute dtype.
+    const int matmul = z.fp32 ? -1 : s.Alloc(kTemp, z.c * chunk);  // at::mm(h, weight.t())
+    const int logits = s.Alloc(kTemp, 4 * chunk);                  // .to(at::kFloat)
+    if (!z.fp32) s.Free(matmul);
+    const int maxes = s.Alloc(kTemp, 4 * chunk / a.vocab);
+    const int shifted = s.Alloc(kTemp, 4 * chunk);  // (self - maxes).exp_()
+    const int lse = s.Alloc(kTemp, 4 * chunk / a.vocab);
+    s.Free(shifted);
+    s.Free(maxes);
+    const int dlogits = z.fp32 ? -1 : s.Alloc(kTemp, z.c * chunk);  // logits.to(hidden.scalar_type())
+    s.Free(dlogits);
+    s.Free(lse);
+    s.Free(logits);
   }
-  // One chunk (the largest; the others repeat it): logits in fp32, the
-  // log-sum-exp's (logits - max) temporary, then the gradient in the compute dtype.
-  const int matmul = z.fp32 ? -1 : s.Alloc(kTemp, z.c * chunk);  // at::mm(h, weight.t())
-  const int logits = s.Alloc(kTemp, 4 * chunk);                  // .to(at::kFloat)
-  if (!z.fp32) s.Free(matmul);
-  const int maxes = s.Alloc(kTemp, 4 * chunk / a.vocab);
-  const int shifted = s.Alloc(kTemp, 4 * chunk);  // (self - maxes).exp_()
-  const int lse = s.Alloc(kTemp, 4 * chunk / a.vocab);
-  s.Free(shifted);
-  s.Free(maxes);
-  const int dlogits = z.fp32 ? -1 : s.Alloc(kTemp, z.c * chunk);  // logits.to(hidden.scalar_type())
-  s.Free(dlogits);
-  s.Free(lse);
-  s.Free(logits);
   out.output = s.Alloc(kSaved, 4);  // the micro-batch's loss
   s.Free(loss_sum);
   s.Free(normed);  // Forward returns: `normed` dies
