@@ -168,6 +168,7 @@ void ProgramBuilder::MakeUnits() {
   last_forward_.assign(n, -1);
   gather_fwd_.assign(n, -1);
   grad_final_.assign(n, -1);
+  update_ready_.assign(n, -1);
   last_release_of_unit_.assign(n, -1);
   current_gather_.assign(n, -1);
 }

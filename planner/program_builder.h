@@ -4,7 +4,8 @@
 //   program_builder.cc   units, persistent memory, op bookkeeping, Build()
 //   program_forward.cc   gathers, forwards, releases
 //   program_backward.cc  recompute, backwards, gradient reductions
-//   program_step_end.cc  gradient norm, clipping, optimizer (GPU or CPU), loss
+//   program_step_end.cc  gradient norm, clipping, optimizer (GPU or CPU), loss;
+//                        the offloaded optimizer's copies and host updates
 //   program_order.cc     the issue order (gathers hoisted) and rule-5 deps
 // Every decision about order, prefetch and which collective runs where is made
 // here, once; the simulator and the executor only interpret the result.
@@ -98,6 +99,15 @@ class ProgramBuilder {
   void ClipGradients();
   void OptimizerStep();
   void LossAllReduce();
+  // Offloaded optimizer. Unit u's final gradient shard, copied to the host
+  // as soon as it is final (`reduced`: its last reduction), under the
+  // backward that is still running.
+  void CopyGradientsToHost(int u, int reduced);
+  // The host update of unit u, applying the previous step's gradients, and
+  // the updated compute-dtype shard back up: the first forward waits for it
+  // (sets update_ready_[u]). Called from Forward(0) one unit ahead, so the
+  // host updates unit u + 1 while the GPU runs unit u's forward.
+  void UpdateOnHost(int u);
 
   // --- shared helpers ---
   int G() const { return plan_.shard_group_size; }
@@ -163,6 +173,7 @@ class ProgramBuilder {
   std::vector<int> last_release_of_unit_;
   std::vector<int> last_forward_, gather_fwd_;
   std::vector<int> grad_final_;  // per unit: the op after which its fp32 gradient is final
+  std::vector<int> update_ready_;  // per unit: the op its first forward's parameters wait for (-1: none)
   // Reduce-scatters in issue order. A backward waits for the reduce-scatter two
   // before it (FSDP2's post-backward waits on the previous one's event), so
   // unsharded gradients cannot pile up when the reduction is slower than compute.

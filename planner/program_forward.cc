@@ -53,6 +53,7 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
     in_flight_.pop_front();
   }
   deps.push_back(last_release_of_unit_[u]);  // the unit's buffer is reused
+  if (mb == 0 && !backward) deps.push_back(update_ready_[u]);  // the step's first use of the updated shard
   const bool params_offloaded = OffloadsParams(plan_.offload) && OffloadsOptimizer(plan_.offload);
   if (params_offloaded) {
     // The bf16 shard streams in from the host just before its gather.
@@ -128,8 +129,13 @@ void ProgramBuilder::FillBackwardWork(int u, OpWork& w) const {
 
 void ProgramBuilder::Forward(int mb) {
   const int n = NumUnits();
+  // Offloaded optimizer: the previous step's update runs on the host beside
+  // the first forward, one unit ahead of it (UpdateOnHost).
+  const bool host_updates = mb == 0 && OffloadsOptimizer(plan_.offload);
+  if (host_updates) UpdateOnHost(0);
   for (int u = 0; u < n; ++u) {
     if (GathersParams(u)) gather_fwd_[u] = Gather(u, mb, false);
+    if (host_updates && u + 1 < n) UpdateOnHost(u + 1);
     StepOp op;
     op.kind = OpKind::kForward;
     op.stream = StreamKind::kCompute;
@@ -138,6 +144,7 @@ void ProgramBuilder::Forward(int mb) {
     op.name = OpName("forward", u, mb);
     FillForwardWork(u, op.work);
     op.deps = {GathersParams(u) ? gather_fwd_[u] : -1, u > 0 ? last_forward_[u - 1] : -1};
+    if (host_updates && !GathersParams(u)) op.deps.push_back(update_ready_[u]);  // a resident copy, written in place
     MemoryCall call = MemoryCall::kHeadForward;
     switch (U(u).kind) {
       case UnitKind::kEmbedding: call = MemoryCall::kEmbeddingForward; break;

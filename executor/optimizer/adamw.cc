@@ -54,10 +54,9 @@ at::Tensor AdamW::SumOfSquares(const std::vector<at::Tensor>& grads) {
 
 void AdamW::ClipToNorm(const std::vector<at::Tensor>& grads, double norm) const {
   at::NoGradGuard no_grad;
-  if (config_.grad_clip > 0 && norm > config_.grad_clip) {
-    const double scale = config_.grad_clip / (norm + 1e-6);
-    for (const auto& g : grads) g.mul_(scale);  // at::Tensor handles are shallow: writes the buffer
-  }
+  const double scale = ClipScale(norm);
+  if (scale == 1.0) return;
+  for (const auto& g : grads) g.mul_(scale);  // at::Tensor handles are shallow: writes the buffer
 }
 
 double AdamW::ClipGradients(const std::vector<at::Tensor>& grads) {
@@ -68,8 +67,7 @@ double AdamW::ClipGradients(const std::vector<at::Tensor>& grads) {
   return norm;
 }
 
-void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy) {
-  at::NoGradGuard no_grad;
+AdamWScalars AdamW::NextScalars(double grad_scale) const {
   const double lr = CurrentLearningRate();
   const double b1 = config_.beta1, b2 = config_.beta2;
   const int64_t t = state_.step + 1;  // 1-based, as torch.optim
@@ -82,34 +80,59 @@ void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const a
   s.bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(b2, static_cast<double>(t))));
   s.eps = static_cast<float>(config_.eps);
   s.step_size = static_cast<float>(-lr / (1.0 - std::pow(b1, static_cast<double>(t))));
+  // As the GPU's in-place clip multiplies: an fp32 tensor by a scalar in fp32.
+  s.grad_scale = static_cast<float>(grad_scale);
+  return s;
+}
+
+double AdamW::ClipScale(double norm) const {
+  return config_.grad_clip > 0 && norm > config_.grad_clip ? config_.grad_clip / (norm + 1e-6) : 1.0;
+}
+
+void AdamW::CheckShapes(int unit, const at::Tensor& master, const at::Tensor& grad) const {
   const int64_t n = state_.nvme ? state_.nvme->shard_numel(unit) : state_.exp_avg.at(unit).numel();
   TORCH_CHECK(master.is_contiguous() && grad.is_contiguous() && master.numel() == n && grad.numel() == n &&
                   master.scalar_type() == at::kFloat && grad.scalar_type() == at::kFloat,
               "AdamW::Update: unit ", unit, " needs contiguous fp32 master and grad of ", n, " elements");
-  if (state_on_host_) {
-    // Offload: everything is in host memory by now (the interpreter copied
-    // the gradient shard down); one threaded pass over the four arrays.
-    TORCH_CHECK(master.device().is_cpu() && grad.device().is_cpu(), "AdamW::Update: offloaded state needs host tensors");
-    const bool copy = compute_copy.defined();
-    TORCH_CHECK(!copy || (compute_copy.device().is_cpu() && compute_copy.is_contiguous() && compute_copy.numel() == n &&
-                          (compute_copy.scalar_type() == at::kBFloat16 || compute_copy.scalar_type() == at::kFloat)),
-                "AdamW::Update: the offloaded compute copy must be a contiguous bf16/fp32 host tensor of ", n,
-                " elements");
-    if (state_.nvme) {
-      // m and v stream from the SSD through the same loop, block by block.
-      state_.nvme->Update(unit, master.data_ptr<float>(), grad.data_ptr<float>(),
-                          copy ? compute_copy.data_ptr() : nullptr, copy && compute_copy.scalar_type() == at::kBFloat16,
-                          s, cpu_threads_);
-      return;
-    }
-    at::Tensor& m = state_.exp_avg.at(unit);
-    at::Tensor& v = state_.exp_avg_sq.at(unit);
-    // The compute copy is written in the same pass (one sweep of host memory, not two).
-    CpuAdamW(master.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
-             master.numel(), s, cpu_threads_, copy ? compute_copy.data_ptr() : nullptr,
-             copy && compute_copy.scalar_type() == at::kBFloat16);
+}
+
+void AdamW::UpdateOnHost(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy,
+                         const AdamWScalars& s) {
+  CheckShapes(unit, master, grad);
+  TORCH_CHECK(state_on_host_, "AdamW::UpdateOnHost: the optimizer state is not on the host");
+  // Offload: everything is in host memory by now (the interpreter copied
+  // the gradient shard down); one threaded pass over the four arrays.
+  TORCH_CHECK(master.device().is_cpu() && grad.device().is_cpu(), "AdamW::Update: offloaded state needs host tensors");
+  const int64_t n = master.numel();
+  const bool copy = compute_copy.defined();
+  TORCH_CHECK(!copy || (compute_copy.device().is_cpu() && compute_copy.is_contiguous() && compute_copy.numel() == n &&
+                        (compute_copy.scalar_type() == at::kBFloat16 || compute_copy.scalar_type() == at::kFloat)),
+              "AdamW::Update: the offloaded compute copy must be a contiguous bf16/fp32 host tensor of ", n,
+              " elements");
+  if (state_.nvme) {
+    // m and v stream from the SSD through the same loop, block by block.
+    state_.nvme->Update(unit, master.data_ptr<float>(), grad.data_ptr<float>(),
+                        copy ? compute_copy.data_ptr() : nullptr, copy && compute_copy.scalar_type() == at::kBFloat16, s,
+                        cpu_threads_);
     return;
   }
+  at::Tensor& m = state_.exp_avg.at(unit);
+  at::Tensor& v = state_.exp_avg_sq.at(unit);
+  // The compute copy is written in the same pass (one sweep of host memory, not two).
+  CpuAdamW(master.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), n, s,
+           cpu_threads_, copy ? compute_copy.data_ptr() : nullptr, copy && compute_copy.scalar_type() == at::kBFloat16);
+}
+
+void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy) {
+  at::NoGradGuard no_grad;
+  if (state_on_host_) {
+    UpdateOnHost(unit, master, grad, compute_copy, NextScalars());
+    return;
+  }
+  CheckShapes(unit, master, grad);
+  const double lr = CurrentLearningRate();
+  const double b1 = config_.beta1, b2 = config_.beta2;
+  const int64_t t = state_.step + 1;  // 1-based, as torch.optim
   at::Tensor& m = state_.exp_avg.at(unit);
   at::Tensor& v = state_.exp_avg_sq.at(unit);
 #ifdef LLMPLAN_WITH_CUDA
@@ -124,6 +147,7 @@ void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const a
     // on this thread (the default stream's handle is null: a launch on it goes
     // to the current device).
     const c10::cuda::CUDAGuard guard(master.device());
+    const AdamWScalars s = NextScalars();
     LaunchFusedAdamW(master.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
                      compute_copy.defined() ? compute_copy.data_ptr() : nullptr,
                      compute_copy.defined() && compute_copy.scalar_type() == at::kBFloat16, master.numel(), s,

@@ -22,6 +22,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "executor/optimizer/adamw_math.h"
 #include "executor/optimizer/nvme_optimizer_state.h"
 #include "planner/plan.h"
 
@@ -73,9 +74,10 @@ class AdamW {
   // their device (no host sync).
   // REQUIRES: grads non-empty, fp32, on one device.
   static at::Tensor SumOfSquares(const std::vector<at::Tensor>& grads);
-  // Scales every gradient by grad_clip / (norm + 1e-6) when grad_clip > 0 and
-  // norm exceeds it.
+  // Scales every gradient by ClipScale(norm) in place (nothing when it is 1).
   void ClipToNorm(const std::vector<at::Tensor>& grads, double norm) const;
+  // grad_clip / (norm + 1e-6) when grad_clip > 0 and norm exceeds it, else 1.
+  double ClipScale(double norm) const;
 
   // Learning rate of the next Update.
   double CurrentLearningRate() const { return LearningRateAt(config_, state_.step); }
@@ -92,6 +94,16 @@ class AdamW {
   // device the state was created on; compute_copy, when defined, as many
   // elements, contiguous.
   void Update(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy = at::Tensor());
+
+  // The numbers the next Update applies (this step's learning rate and bias
+  // corrections), with the gradient multiplied by `grad_scale` as it is read.
+  AdamWScalars NextScalars(double grad_scale = 1.0) const;
+  // The offloaded update with scalars taken earlier: the interpreter takes
+  // them when a step's gradients are final and applies them during the next
+  // step, after FinishStep has moved the count on (step_interpreter.h).
+  // REQUIRES: the state is on the host; host tensors as Update's.
+  void UpdateOnHost(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy,
+                    const AdamWScalars& s);
   // Host threads for the offloaded update; 0 (the default): the machine's
   // hardware threads. Ranks that share a node's cores should split them —
   // two ranks each starting one thread per core would time-slice every core
@@ -107,6 +119,8 @@ class AdamW {
   AdamWState state_;
   bool allow_fused_;
   bool state_on_host_;
+  void CheckShapes(int unit, const at::Tensor& master, const at::Tensor& grad) const;
+
   int cpu_threads_ = 0;
   at::Tensor step_tensor_;  // device scalar for the fused kernel's bias correction
 };

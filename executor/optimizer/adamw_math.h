@@ -2,6 +2,7 @@
 // needs, computed once on the host so the CPU loop and the CUDA kernel apply
 // exactly the same arithmetic as the whole-buffer ATen form in adamw.cc:
 //
+//   g  = g * grad_scale                                 (clipping, folded in)
 //   p  = p * (1 - lr * wd)
 //   m  = m * b1 + g * (1 - b1)
 //   v  = v * b2 + g * g * (1 - b2)
@@ -21,6 +22,11 @@ struct AdamWScalars {
   float bias2_sqrt = 1;  // sqrt(1 - beta2^t)
   float eps = 1e-8f;
   float step_size = 0;   // -lr / (1 - beta1^t)
+  // The gradient's clipping factor, applied as the update reads it. 1 where
+  // the gradients were clipped in place before (the GPU optimizer); the
+  // offloaded optimizer copies its gradients down while the backward still
+  // runs, before the global norm is known, and clips here instead.
+  float grad_scale = 1;
 };
 
 // One fused AdamW pass over n elements on the GPU (fused_adamw.cu): reads

@@ -30,7 +30,7 @@ template <ComputeOut kOut>
 void AdamWChunk(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
                 void* __restrict out, int64_t n, const AdamWScalars s) {
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = g[i] * s.grad_scale;
     const float mi = m[i] * s.beta1 + gi * s.one_minus_beta1;
     const float vi = v[i] * s.beta2 + gi * gi * s.one_minus_beta2;
     m[i] = mi;

@@ -25,6 +25,7 @@ namespace {
 enum OutKind { kNoOut = 0, kBf16Out = 1, kFp32Out = 2 };
 
 __device__ __forceinline__ float Update(float& p, float g, float& m, float& v, const AdamWScalars& s) {
+  g *= s.grad_scale;
   m = m * s.beta1 + g * s.one_minus_beta1;
   v = v * s.beta2 + g * g * s.one_minus_beta2;
   const float denom = sqrtf(v) / s.bias2_sqrt + s.eps;

@@ -395,6 +395,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   // training goes on).
   auto save_checkpoint = [&](int64_t taken) {
     if (!checkpoints || checkpoints->last_saved_step() == taken) return;
+    step.FinishUpdate();  // an offloaded optimizer's last update is still pending
     const std::string error = checkpoints->Save(
         units, optimizer.state(), TrainingProgress{taken, data.position(), taken * plan.TokensPerStep()});
     if (!error.empty() && rank0) std::cerr << "llmplan: warning: " << error << std::endl;
@@ -526,6 +527,8 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
       if (config.ckpt_every > 0 && now_taken % config.ckpt_every == 0) save_checkpoint(now_taken);
     }
 
+    // The last step's offloaded update, which no next step applies.
+    step.FinishUpdate();
     const int64_t final_step = start_step + static_cast<int64_t>(summary.losses.size());
     if (summary.stopped_by.empty()) save_checkpoint(final_step);  // the end of the run can be continued too
     if (checkpoints) {

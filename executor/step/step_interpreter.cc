@@ -280,6 +280,8 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   norm_sq_ = at::Tensor();
   grad_norm_ = 0;
   skip_update_ = false;
+  clip_scale_ = 1;
+  applying_ = std::exchange(next_update_, HostUpdate{});
   executed_.clear();
 
   StepResult result;
@@ -304,6 +306,8 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   // Nothing is left in flight but what no op waited for (the step's loss).
   while (!pending_.empty()) FinishThrough(pending_.rbegin()->first);
   copies_->DeviceWaitAll();
+  // This step's own update, which the next Run (or FinishUpdate) applies.
+  if (offload_) next_update_ = HostUpdate{true, skip_update_, optimizer_.NextScalars(clip_scale_)};
   optimizer_.FinishStep();
   result.measurement = recorder_.Finish();  // waits for the device
   const double ranks = comms_.world != nullptr ? comms_.world->size() : 1;
@@ -480,6 +484,12 @@ void StepInterpreter::ClipGradients(const StepOp& op) {
   grad_norm_ = std::sqrt(norm_sq_.sum().item<double>());  // the host waits for the device here
   skip_update_ = update_gate_ && !update_gate_(grad_norm_);
   if (skip_update_) return;
+  // The offloaded optimizer's gradients are on their way to the host,
+  // unclipped: its update applies the factor as it reads them.
+  if (offload_) {
+    clip_scale_ = optimizer_.ClipScale(grad_norm_);
+    return;
+  }
   std::vector<at::Tensor> grads;
   for (auto& u : units_) grads.push_back(u.grad());
   optimizer_.ClipToNorm(grads, grad_norm_);
@@ -601,9 +611,22 @@ void StepInterpreter::CopyGradsToHost(const StepOp& op) {
 
 void StepInterpreter::CpuOptimizerStep(const StepOp& op) {
   TORCH_CHECK(offload_, "CPU optimizer step in a program without offload");
-  if (skip_update_) return;
+  if (!applying_.Applies()) return;
   FlatUnit& unit = units_.at(op.unit);
-  optimizer_.Update(op.unit, unit.master(), host_grads_.at(op.unit), host_compute_.at(op.unit));
+  optimizer_.UpdateOnHost(op.unit, unit.master(), host_grads_.at(op.unit), host_compute_.at(op.unit),
+                          applying_.scalars);
+}
+
+void StepInterpreter::FinishUpdate() {
+  const HostUpdate update = std::exchange(next_update_, HostUpdate{});
+  if (!update.Applies()) return;
+  at::NoGradGuard no_grad;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    FlatUnit& unit = units_[u];
+    optimizer_.UpdateOnHost(static_cast<int>(u), unit.master(), host_grads_[u], host_compute_[u], update.scalars);
+    // Streamed parameters: the update wrote the host shard the gathers read.
+    if (!params_on_host_) unit.compute_shard().copy_(host_compute_[u]);  // synchronous from pinned memory
+  }
 }
 
 void StepInterpreter::CopyParamsToDevice(const StepOp& op) {
@@ -638,7 +661,12 @@ void StepInterpreter::CopyParamsToDevice(const StepOp& op) {
   }
   at::Tensor src = host_compute_.at(op.unit);
   at::Tensor dst = unit.compute_shard();  // the resident compute copy itself under no_shard
-  copies_->Run(op.stream, op.id, recorder_, [&] { dst.copy_(src, /*non_blocking=*/true); });
+  // Nothing was updated (the run's first step, a skipped update): the shard
+  // on the device is current and the staging copy may not be.
+  const bool updated = applying_.Applies();
+  copies_->Run(op.stream, op.id, recorder_, [&] {
+    if (updated) dst.copy_(src, /*non_blocking=*/true);
+  });
 }
 
 }  // namespace llmplan::executor

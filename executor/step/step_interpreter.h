@@ -38,10 +38,16 @@
 //   all-reduce step loss  over the world: the reported loss is the job's mean.
 //   adamw           the fused update of the unit's fp32 shard, writing the
 //                   compute-dtype shard the next gathers send.
-//   d2h grads / cpu adamw / h2d params   the offloaded optimizer: the gradient
-//                   shard copied to pinned host memory on its own stream, the
-//                   threaded CPU AdamW (cpu_adamw.h) writing a pinned
-//                   compute-dtype staging shard, copied up into the compute shard.
+//   d2h grads / cpu adamw / h2d params   the offloaded optimizer: each
+//                   gradient shard copied to pinned host memory on its own
+//                   stream as soon as it is final, unclipped (clip only
+//                   reads the norm); in the NEXT Run, beside its first
+//                   forward, the threaded CPU AdamW (cpu_adamw.h) applies it
+//                   with this step's learning rate and clipping factor,
+//                   writing a pinned compute-dtype staging shard that is
+//                   copied up into the compute shard. The run's first step
+//                   (and the step after FinishUpdate) has nothing to apply:
+//                   its cpu adamw and h2d params ops run as no-ops.
 //   h2d master / adamw / d2h master   offload params: the fp32 master lives in
 //                   pinned host memory; a device copy of it exists only from
 //                   its h2d op to its d2h op, around the GPU AdamW.
@@ -124,7 +130,10 @@ class StepInterpreter {
   // each an int64 [micro_batch, seq_len + 1] token tensor on any device
   // (inputs are the first seq_len columns, targets the last seq_len).
   // Gradients are zeroed at the start, so after Run the units' grad() hold
-  // this step's (clipped) gradients. Returns after the device finished.
+  // this step's gradients, clipped (with the optimizer offloaded: not
+  // clipped; the host update applies the factor). Returns after the device
+  // finished. With the optimizer offloaded the step's update is left
+  // pending for the next Run: see FinishUpdate.
   // REQUIRES: micro_batches.size() == plan.grad_accum. Throws UserError for a
   // wrong shape or a token id outside [0, vocab) (checked on the host before
   // any kernel when the batch is on the CPU), and when an op runs out of
@@ -138,6 +147,13 @@ class StepInterpreter {
   // the record stay whole; the step count still advances). Every rank must
   // decide alike: the norm is the same on every rank.
   void SetUpdateGate(std::function<bool(double grad_norm)> gate) { update_gate_ = std::move(gate); }
+
+  // Offloaded optimizer: applies the update the last Run left pending (the
+  // next Run would apply it beside its first forward) and copies the
+  // updated shards up; returns when the parameters and optimizer state are
+  // those of a finished step. Call before reading or saving them (a
+  // checkpoint, the final weights). Does nothing when nothing is pending.
+  void FinishUpdate();
 
  private:
   struct Activation {
@@ -204,6 +220,16 @@ class StepInterpreter {
   at::Tensor loss_sum_, norm_sq_;
   double grad_norm_ = 0;
   bool skip_update_ = false;
+  double clip_scale_ = 1;  // offload: the factor the host update applies to this step's gradients
+  // Offload: a step's update, applied by the next step's cpu adamw ops.
+  struct HostUpdate {
+    bool pending = false;  // the gradients in host_grads_ are waiting to be applied
+    bool skip = false;     // the update gate refused them
+    AdamWScalars scalars;  // that step's learning rate, bias corrections and clipping factor
+    bool Applies() const { return pending && !skip; }
+  };
+  HostUpdate next_update_;  // left by the last Run
+  HostUpdate applying_;     // applied by this Run's cpu adamw ops
   std::function<bool(double)> update_gate_;
   std::vector<int> executed_;
 };

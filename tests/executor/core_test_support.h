@@ -109,7 +109,10 @@ struct Rig {
     for (auto& u : units) g.push_back(u.grad());
     return at::cat(g);
   }
+  // The masters after every step run so far (an offloaded optimizer's last
+  // update applied first).
   at::Tensor AllMasters() {
+    step.FinishUpdate();
     std::vector<at::Tensor> m;
     for (auto& u : units) m.push_back(u.master());
     return at::cat(m);

@@ -227,32 +227,62 @@ TEST(StepProgramTest, ReplicatedEdgesNeedShardedBlocksAndNoStreamedParameters) {
 }
 
 TEST(StepProgramTest, OffloadOptimizerCopiesDownStepsOnCpuAndCopiesUp) {
-  StepProgram p = Build(TinyPlan(4, ShardingStrategy::kFullShard, 0, Offload::kOptimizer));
-  EXPECT_EQ(Count(p, OpKind::kOptimizerStep), 0);
-  for (int u = 0; u < kUnits; ++u) {
-    EXPECT_EQ(Count(p, OpKind::kCopyToHost, u), 1) << "d2h grads, unit " << u;
-    EXPECT_EQ(Count(p, OpKind::kCpuOptimizerStep, u), 1);
-    EXPECT_EQ(Count(p, OpKind::kCopyToDevice, u), 1) << "h2d params, unit " << u;
-  }
-  // Order per unit: d2h -> cpu adamw -> h2d, each on its own stream.
-  std::map<int, int> d2h, cpu;
-  for (const auto& op : p.ops) {
-    if (op.kind == OpKind::kCopyToHost) {
-      EXPECT_EQ(op.stream, StreamKind::kDeviceToHost);
-      d2h[op.unit] = op.id;
-      // fp32 gradient shard: 4 * padded / 4 GPUs
-      EXPECT_DOUBLE_EQ(op.work.copy_bytes, 4.0 * static_cast<double>(p.units[op.unit].padded_params) / 4);
+  for (ShardingStrategy strategy : {ShardingStrategy::kFullShard, ShardingStrategy::kNoShard}) {
+    SCOPED_TRACE(StrategyName(strategy));
+    StepProgram p = Build(TinyPlan(4, strategy, 0, Offload::kOptimizer));
+    EXPECT_EQ(Count(p, OpKind::kOptimizerStep), 0);
+    for (int u = 0; u < kUnits; ++u) {
+      EXPECT_EQ(Count(p, OpKind::kCopyToHost, u), 1) << "d2h grads, unit " << u;
+      EXPECT_EQ(Count(p, OpKind::kCpuOptimizerStep, u), 1);
+      EXPECT_EQ(Count(p, OpKind::kCopyToDevice, u), 1) << "h2d params, unit " << u;
     }
-    if (op.kind == OpKind::kCpuOptimizerStep) {
-      EXPECT_EQ(op.stream, StreamKind::kCpu);
-      EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), d2h.at(op.unit)), op.deps.end());
-      cpu[op.unit] = op.id;
+    int clip = -1;
+    std::map<int, int> cpu, h2d, first_forward, d2h;
+    for (const auto& op : p.ops) {
+      if (op.kind == OpKind::kClipGradients) clip = op.id;
+      if (op.kind == OpKind::kForward && op.micro_batch == 0) first_forward[op.unit] = op.id;
+      if (op.kind == OpKind::kCopyToHost) {
+        EXPECT_EQ(op.stream, StreamKind::kDeviceToHost);
+        d2h[op.unit] = op.id;
+        // fp32 gradient shard, unclipped, as soon as it is final: before the
+        // clipping, which only reads the norm (no device bytes to scale).
+        EXPECT_EQ(clip, -1) << op.name << " waits for the clipping";
+        EXPECT_DOUBLE_EQ(op.work.copy_bytes,
+                         4.0 * static_cast<double>(p.units[op.unit].padded_params) / p.units[op.unit].group_size);
+      }
+      if (op.kind == OpKind::kCpuOptimizerStep) {
+        // The previous step's gradients: nothing in this step before it.
+        EXPECT_EQ(op.stream, StreamKind::kCpu);
+        EXPECT_TRUE(op.deps.empty()) << op.name;
+        cpu[op.unit] = op.id;
+      }
+      if (op.kind == OpKind::kCopyToDevice) {
+        EXPECT_EQ(op.stream, StreamKind::kHostToDevice);
+        EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), cpu.at(op.unit)), op.deps.end());
+        EXPECT_DOUBLE_EQ(op.work.copy_bytes,
+                         2.0 * static_cast<double>(p.units[op.unit].padded_params) / p.units[op.unit].group_size);
+        h2d[op.unit] = op.id;
+      }
+      if (op.kind == OpKind::kClipGradients) EXPECT_EQ(op.work.elementwise_bytes, 0.0);
     }
-    if (op.kind == OpKind::kCopyToDevice) {
-      EXPECT_EQ(op.stream, StreamKind::kHostToDevice);
-      EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), cpu.at(op.unit)), op.deps.end());
-      // bf16 params back: 2 * padded / 4
-      EXPECT_DOUBLE_EQ(op.work.copy_bytes, 2.0 * static_cast<double>(p.units[op.unit].padded_params) / 4);
+    ASSERT_GE(clip, 0);
+    // Host updates run beside the first forward, one unit ahead of it: unit
+    // u + 1's before unit u's forward, after unit u - 1's; the unit's first
+    // use of its parameters waits for its copy up.
+    for (int u = 0; u < kUnits; ++u) {
+      if (u + 1 < kUnits) EXPECT_LT(cpu.at(u + 1), first_forward.at(u)) << "unit " << u;
+      if (u >= 2) EXPECT_GT(cpu.at(u), first_forward.at(u - 2)) << "unit " << u;
+      const StepOp& use = p.ops[first_forward.at(u)];
+      std::vector<int> stack = use.deps;
+      bool waits = false;
+      while (!stack.empty() && !waits) {
+        const int d = stack.back();
+        stack.pop_back();
+        waits = d == h2d.at(u);
+        if (d > h2d.at(u)) stack.insert(stack.end(), p.ops[d].deps.begin(), p.ops[d].deps.end());
+      }
+      EXPECT_TRUE(waits) << "forward of unit " << u << " does not wait for its h2d params";
+      EXPECT_LT(d2h.at(u), clip);
     }
   }
 }
