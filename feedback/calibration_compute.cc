@@ -157,6 +157,21 @@ double FieldValue(const HardwareProfile& p, Term t) {
   return 0;
 }
 
+// True when, in most timed steps, the device began the op before the host had
+// finished issuing it: the device had nothing queued (the op waited on a host
+// op such as the offloaded CPU AdamW, or it opens the step), so it ran at the
+// pace its kernels were launched — the host's speed, not the device's. Such
+// an op measures neither the GEMM nor the attention rate; fitted, the 1-2 ms
+// of host pace a block shows beside a CPU AdamW read as a slower device.
+bool HostPaced(const MeasuredRun& run, int op) {
+  int paced = 0, steps = 0;
+  for (const MeasuredStep* step : run.TimedSteps()) {
+    ++steps;
+    paced += step->ops[op].start_s < step->ops[op].issued_s;
+  }
+  return 2 * paced > steps;
+}
+
 // Every compute op the runs measured.
 struct Candidates {
   std::vector<Vector> features;  // Features(): the work, and the seconds beside a collective
@@ -175,7 +190,7 @@ Candidates CollectCandidates(const std::vector<CalibrationRun>& runs, const Hard
       // scaled anything depends on the step's gradients, not on the device.
       if (!CostModel::PricedAsCompute(op) || op.kind == OpKind::kClipGradients) continue;
       const double y = run.measured.MeanSeconds(op.id);
-      if (!(y > 0)) continue;
+      if (!(y > 0) || HostPaced(run.measured, op.id)) continue;
       // Only the compute stream slows beside a collective (a one-GPU gather's cast does not).
       c.features.push_back(Features(op.work, op.stream == StreamKind::kCompute ? beside[op.id] : 0));
       c.seconds.push_back(y);
