@@ -157,7 +157,7 @@ double FieldValue(const HardwareProfile& p, Term t) {
   return 0;
 }
 
-// True when, in most timed steps, the device began the op before the host had
+// True when, in most timed steps, a GPU began the op before the host had
 // finished issuing it: the device had nothing queued (the op waited on a host
 // op such as the offloaded CPU AdamW, or it opens the step), so it ran at the
 // pace its kernels were launched — the host's speed, not the device's. Such
@@ -182,6 +182,8 @@ struct Candidates {
 
 Candidates CollectCandidates(const std::vector<CalibrationRun>& runs, const HardwareProfile& profile) {
   Candidates c;
+  // On a CPU device every op is host work, timed by the host that issued it.
+  const bool cpu_device = profile.device_kind == "cpu";
   for (size_t r = 0; r < runs.size(); ++r) {
     const CalibrationRun& run = runs[r];
     const std::vector<double> beside = MeanSecondsBeside(run, {StreamKind::kGather, StreamKind::kReduce});
@@ -190,7 +192,7 @@ Candidates CollectCandidates(const std::vector<CalibrationRun>& runs, const Hard
       // scaled anything depends on the step's gradients, not on the device.
       if (!CostModel::PricedAsCompute(op) || op.kind == OpKind::kClipGradients) continue;
       const double y = run.measured.MeanSeconds(op.id);
-      if (!(y > 0) || HostPaced(run.measured, op.id)) continue;
+      if (!(y > 0) || (!cpu_device && HostPaced(run.measured, op.id))) continue;
       // Only the compute stream slows beside a collective (a one-GPU gather's cast does not).
       c.features.push_back(Features(op.work, op.stream == StreamKind::kCompute ? beside[op.id] : 0));
       c.seconds.push_back(y);

@@ -350,7 +350,11 @@ class Searcher {
     if (req_.offload) return SearchChoices(Choices(gpus, {*req_.offload}));
     if (req_.offload_to == OffloadTier::kNvme)
       return SearchChoices(Choices(gpus, {Offload::kOptimizer, Offload::kOptimizerAndParams}));
-    AtCount out = SearchChoices(Choices(gpus, {Offload::kNone, Offload::kOptimizer}));
+    // A CPU device's memory is the host's: offloading would move state from
+    // the host to the host, and only add copies.
+    const bool cpu_device = profile_.device_kind == "cpu";
+    AtCount out = SearchChoices(
+        Choices(gpus, cpu_device ? std::vector<Offload>{Offload::kNone} : std::vector<Offload>{Offload::kNone, Offload::kOptimizer}));
     const double best = out.feasible.empty() ? 0 : out.feasible.front().tokens_per_second_per_gpu;
     auto key = [](ShardingStrategy s, int group, int64_t mb, int64_t ga, Offload o) {
       return std::make_tuple(static_cast<int>(s), group, mb, ga, static_cast<int>(o));
@@ -363,7 +367,7 @@ class Searcher {
       }
     }
     std::vector<Choice> more;
-    for (const Choice& c : Choices(gpus, {Offload::kParams, Offload::kOptimizerAndParams})) {
+    for (const Choice& c : cpu_device ? std::vector<Choice>{} : Choices(gpus, {Offload::kParams, Offload::kOptimizerAndParams})) {
       const Offload without = c.offload == Offload::kParams ? Offload::kNone : Offload::kOptimizer;
       auto it = without_it.find(key(c.strategy, c.group, c.micro_batch, c.grad_accum, without));
       if (it == without_it.end() || CouldBeat(*it->second, c.offload, best)) more.push_back(c);
