@@ -125,6 +125,32 @@ TEST_F(ResumeTest, ResumedRunEqualsUninterruptedBitForBit) {
   EXPECT_TRUE(fs::exists(Path("ckpt/step-00000006/manifest.json")));
 }
 
+// With the optimizer offloaded, a step's update is applied by the next step
+// (beside its first forward), so a checkpoint taken mid-run must first finish
+// the pending update, and the run must go on from there unchanged. Saved at
+// step 2 of 4 and resumed from that checkpoint to 6: every loss and the final
+// parameters equal 6 uninterrupted steps bit for bit.
+TEST_F(ResumeTest, OffloadedOptimizerResumesBitForBitFromAMidRunCheckpoint) {
+  // A low clip so every step scales its gradients (the scale travels with the pending update).
+  const std::string plan = Path("offload.plan.json");
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(MakePlan(2, "full_shard", 2, "--offload optimizer")));
+  j["optimizer"]["grad_clip"] = 0.05;
+  std::ofstream(plan) << j.dump(2);
+  CommandResult straight = Run(plan, 6, "straight");
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  CommandResult first = Run(plan, 4, "first", "--ckpt-dir " + Path("ckpt") + " --ckpt-every 2");
+  ASSERT_EQ(first.status, 0) << first.output;
+  const std::vector<double> all = Losses(Path("straight"));
+  ASSERT_EQ(all.size(), 6u);
+  EXPECT_EQ(Losses(Path("first")), std::vector<double>(all.begin(), all.begin() + 4));
+  fs::remove_all(Path("ckpt/step-00000004"));  // resume from the mid-run checkpoint
+  CommandResult second = Run(plan, 6, "second", "--ckpt-dir " + Path("ckpt") + " --resume");
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_NE(second.output.find("(step 2"), std::string::npos) << second.output;
+  EXPECT_EQ(Losses(Path("second"), 3), std::vector<double>(all.begin() + 2, all.end()));
+  ExpectSameWeights(Path("second/final.safetensors"), Path("straight/final.safetensors"), 0);
+}
+
 // Saved by 2 full_shard ranks; loaded by 1 rank (no_shard) and by 3 ranks
 // (shard_grad_op, shards padded differently): each continues to the same
 // parameters as the uninterrupted 2-rank run, up to the float rounding of a
