@@ -61,11 +61,13 @@ enum class OpKind {
   kGradNorm,       // sum of squares of this rank's gradient shards (a device scalar)
   kAllReduceGradNorm,  // that scalar summed over the shard group
   kClipGradients,  // the host reads the norm; gradients scaled when it exceeds the limit
+                   // (with the optimizer offloaded: the scale is kept for the CPU AdamW)
   kAllReduceLoss,  // the step's summed loss over every rank (the reported mean)
   kCopyToDevice,   // offload: params / gradients host -> device
   kCopyToHost,     // offload: gradients device -> host
   kOptimizerStep,  // AdamW on this rank's fp32 shard of a unit (GPU)
-  kCpuOptimizerStep,  // AdamW on the host (offload)
+  kCpuOptimizerStep,  // AdamW on the host (offload): the previous step's gradients,
+                      // unit by unit beside this step's first forward
 };
 constexpr int kNumOpKinds = 17;
 std::string OpKindName(OpKind k);
