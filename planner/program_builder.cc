@@ -110,6 +110,18 @@ StepProgram ProgramBuilder::Build() {
   return std::move(p_);
 }
 
+StepOp ProgramBuilder::HostCopy(OpKind kind, int u, std::string_view what, double bytes, int mb,
+                                bool backward) const {
+  StepOp copy;
+  copy.kind = kind;
+  copy.stream = kind == OpKind::kCopyToDevice ? StreamKind::kHostToDevice : StreamKind::kDeviceToHost;
+  copy.unit = u;
+  copy.micro_batch = mb;
+  copy.name = OpName(what, u, mb, backward);
+  copy.work.copy_bytes = bytes;
+  return copy;
+}
+
 std::string ProgramBuilder::OpName(std::string_view what, int u, int mb, bool backward) const {
   if (!op_names_) return {};
   // Into a buffer, then one string: to_string and operator+ cost ~600

@@ -49,6 +49,11 @@ class ProgramBuilder {
   // (mb < 0: none), built in one allocation: a 70B program names ~3,000
   // ops. Empty without op_names_.
   std::string OpName(std::string_view what, int u, int mb = -1, bool backward = false) const;
+  // A copy of `bytes` of unit u between pinned host memory and the device
+  // (kind kCopyToDevice or kCopyToHost) on its direction's copy stream, for
+  // micro-batch mb (-1: the step's), named as OpName; deps and memory
+  // events are the caller's.
+  StepOp HostCopy(OpKind kind, int u, std::string_view what, double bytes, int mb = -1, bool backward = false) const;
   // The memory model's calls (planner/memory_model.h) the program makes.
   // Their tensors pass through the builder flattened: a SavedTensors as its
   // saved ids then its output.

@@ -59,15 +59,10 @@ void ProgramBuilder::OptimizerStep() {
     const double shard = Shard(u);
     int master_in = -1;
     if (master_on_host) {
-      StepOp in;
-      in.kind = OpKind::kCopyToDevice;
-      in.stream = StreamKind::kHostToDevice;
-      in.unit = u;
-      in.name = OpName("h2d master", u);
+      StepOp in = HostCopy(OpKind::kCopyToDevice, u, "h2d master", 4 * shard);
       // Not before backward is over: a master copied in earlier would sit
       // in its staging buffer through the activation peak.
       in.deps = {clip_};
-      in.work.copy_bytes = 4 * shard;
       in.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, 4 * shard});
       master_in = Add(std::move(in));
     }
@@ -83,13 +78,8 @@ void ProgramBuilder::OptimizerStep() {
     op.work.launches = 1;
     const int step = Add(std::move(op));
     if (master_on_host) {
-      StepOp out;
-      out.kind = OpKind::kCopyToHost;
-      out.stream = StreamKind::kDeviceToHost;
-      out.unit = u;
-      out.name = OpName("d2h master", u);
+      StepOp out = HostCopy(OpKind::kCopyToHost, u, "d2h master", 4 * shard);
       out.deps = {step};
-      out.work.copy_bytes = 4 * shard;
       out.free_at_end.push_back({MemoryCategory::kOffloadStaging, -4 * shard});
       Add(std::move(out));
     }
@@ -101,13 +91,8 @@ void ProgramBuilder::CopyGradientsToHost(int u, int reduced) {
   // clipping factor as it reads the gradient (AdamWScalars::grad_scale), so
   // the copy need not wait for the last unit's backward, and the device never
   // rescales its gradients (one read and write of every fp32 shard saved).
-  StepOp copy;
-  copy.kind = OpKind::kCopyToHost;
-  copy.stream = StreamKind::kDeviceToHost;
-  copy.unit = u;
-  copy.name = OpName("d2h grads", u);
+  StepOp copy = HostCopy(OpKind::kCopyToHost, u, "d2h grads", 4 * Shard(u));
   copy.deps = {reduced};
-  copy.work.copy_bytes = 4 * Shard(u);
   Add(std::move(copy));
 }
 
@@ -117,9 +102,9 @@ void ProgramBuilder::UpdateOnHost(int u) {
   // step: exact, as if it had run at the end of the previous step. It
   // holds the host (rule 4), so the host runs it between issuing unit
   // u - 1's forward and unit u's: the GPU computes while the host updates.
-  // Before this change every update ran after the clipping and the forward
-  // waited for the last of them: the whole CPU AdamW was exposed (1.25 s of
-  // a 2.7 s step, Llama-3.2-3B on one H200, 2026-12-01).
+  // Run after the clipping instead, with the forward waiting for the last
+  // update, the whole CPU AdamW is exposed (1.25 s of a 2.7 s step,
+  // Llama-3.2-3B on one H200, 2026-12-01).
   const double shard = Shard(u);
   StepOp cpu;
   cpu.kind = OpKind::kCpuOptimizerStep;
@@ -133,13 +118,8 @@ void ProgramBuilder::UpdateOnHost(int u) {
   // With the parameters streamed (optimizer+params) the update writes the
   // host copy that the gathers bring up themselves.
   if (OffloadsParams(plan_.offload)) return;
-  StepOp back;
-  back.kind = OpKind::kCopyToDevice;
-  back.stream = StreamKind::kHostToDevice;
-  back.unit = u;
-  back.name = OpName("h2d params", u);
+  StepOp back = HostCopy(OpKind::kCopyToDevice, u, "h2d params", ParamBytes() * shard);
   back.deps = {update_ready_[u]};
-  back.work.copy_bytes = ParamBytes() * shard;
   update_ready_[u] = Add(std::move(back));
 }
 
