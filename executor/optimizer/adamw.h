@@ -115,12 +115,13 @@ class AdamW {
   void FinishStep() { ++state_.step; }
 
  private:
+  // Throws unless master and grad are contiguous fp32 of the unit's shard size.
+  void CheckShapes(int unit, const at::Tensor& master, const at::Tensor& grad) const;
+
   OptimizerConfig config_;
   AdamWState state_;
   bool allow_fused_;
   bool state_on_host_;
-  void CheckShapes(int unit, const at::Tensor& master, const at::Tensor& grad) const;
-
   int cpu_threads_ = 0;
   at::Tensor step_tensor_;  // device scalar for the fused kernel's bias correction
 };

@@ -281,7 +281,7 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   grad_norm_ = 0;
   skip_update_ = false;
   clip_scale_ = 1;
-  applying_ = std::exchange(next_update_, HostUpdate{});
+  applying_ = std::exchange(next_update_, std::nullopt);
   executed_.clear();
 
   StepResult result;
@@ -307,7 +307,7 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   while (!pending_.empty()) FinishThrough(pending_.rbegin()->first);
   copies_->DeviceWaitAll();
   // This step's own update, which the next Run (or FinishUpdate) applies.
-  if (offload_) next_update_ = HostUpdate{true, skip_update_, optimizer_.NextScalars(clip_scale_)};
+  if (offload_ && !skip_update_) next_update_ = optimizer_.NextScalars(clip_scale_);
   optimizer_.FinishStep();
   result.measurement = recorder_.Finish();  // waits for the device
   const double ranks = comms_.world != nullptr ? comms_.world->size() : 1;
@@ -611,19 +611,19 @@ void StepInterpreter::CopyGradsToHost(const StepOp& op) {
 
 void StepInterpreter::CpuOptimizerStep(const StepOp& op) {
   TORCH_CHECK(offload_, "CPU optimizer step in a program without offload");
-  if (!applying_.Applies()) return;
+  if (!applying_) return;
   FlatUnit& unit = units_.at(op.unit);
   optimizer_.UpdateOnHost(op.unit, unit.master(), host_grads_.at(op.unit), host_compute_.at(op.unit),
-                          applying_.scalars);
+                          *applying_);
 }
 
 void StepInterpreter::FinishUpdate() {
-  const HostUpdate update = std::exchange(next_update_, HostUpdate{});
-  if (!update.Applies()) return;
+  const std::optional<AdamWScalars> update = std::exchange(next_update_, std::nullopt);
+  if (!update) return;
   at::NoGradGuard no_grad;
   for (size_t u = 0; u < units_.size(); ++u) {
     FlatUnit& unit = units_[u];
-    optimizer_.UpdateOnHost(static_cast<int>(u), unit.master(), host_grads_[u], host_compute_[u], update.scalars);
+    optimizer_.UpdateOnHost(static_cast<int>(u), unit.master(), host_grads_[u], host_compute_[u], *update);
     // Streamed parameters: the update wrote the host shard the gathers read.
     if (!params_on_host_) unit.compute_shard().copy_(host_compute_[u]);  // synchronous from pinned memory
   }
@@ -663,7 +663,7 @@ void StepInterpreter::CopyParamsToDevice(const StepOp& op) {
   at::Tensor dst = unit.compute_shard();  // the resident compute copy itself under no_shard
   // Nothing was updated (the run's first step, a skipped update): the shard
   // on the device is current and the staging copy may not be.
-  const bool updated = applying_.Applies();
+  const bool updated = applying_.has_value();
   copies_->Run(op.stream, op.id, recorder_, [&] {
     if (updated) dst.copy_(src, /*non_blocking=*/true);
   });

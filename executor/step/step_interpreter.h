@@ -65,6 +65,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -221,15 +222,12 @@ class StepInterpreter {
   double grad_norm_ = 0;
   bool skip_update_ = false;
   double clip_scale_ = 1;  // offload: the factor the host update applies to this step's gradients
-  // Offload: a step's update, applied by the next step's cpu adamw ops.
-  struct HostUpdate {
-    bool pending = false;  // the gradients in host_grads_ are waiting to be applied
-    bool skip = false;     // the update gate refused them
-    AdamWScalars scalars;  // that step's learning rate, bias corrections and clipping factor
-    bool Applies() const { return pending && !skip; }
-  };
-  HostUpdate next_update_;  // left by the last Run
-  HostUpdate applying_;     // applied by this Run's cpu adamw ops
+  // Offload: a step's update, applied by the next step's cpu adamw ops — the
+  // scalars (learning rate, bias corrections, clipping factor) of a step
+  // whose gradients wait in host_grads_; empty when there is nothing to
+  // apply (no step yet, or the update gate refused it).
+  std::optional<AdamWScalars> next_update_;  // left by the last Run
+  std::optional<AdamWScalars> applying_;     // applied by this Run's cpu adamw ops
   std::function<bool(double)> update_gate_;
   std::vector<int> executed_;
 };
