@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   AddCompareCommand(app);
   AddCalibrateCommand(app);
   AddDataCommand(app);
+  AddKernelsCommand(app);
   ListExecutorCommands(app);
   return RunCommandLine(app, argc, argv);
 }

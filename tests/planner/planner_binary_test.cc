@@ -63,7 +63,7 @@ TEST(PlannerBinaryTest, UnknownCommandIsNamedWithTheCommands) {
   ExpectBadInput("frobnicate --model llama3-8b", dir);
   CliResult r = RunCli("frobnicate", dir);
   EXPECT_EQ(r.err,
-            "llmplan: unknown command 'frobnicate'; commands: estimate, simulate, compare, calibrate, data, run, "
+            "llmplan: unknown command 'frobnicate'; commands: estimate, simulate, compare, calibrate, data, kernels, run, "
             "profile, doctor, export (see llmplan --help)\n");
 }
 

@@ -15,6 +15,7 @@ void AddSimulateCommand(CLI::App& app);  // llmplan simulate
 void AddCompareCommand(CLI::App& app);   // llmplan compare
 void AddCalibrateCommand(CLI::App& app);  // llmplan calibrate
 void AddDataCommand(CLI::App& app);       // llmplan data prepare, llmplan data inspect
+void AddKernelsCommand(CLI::App& app);    // llmplan kernels
 
 // llmplan-executor (LibTorch); their names and summaries are rows of
 // kExecutorCommands (executor_commands.h).
