@@ -19,12 +19,14 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -354,6 +356,34 @@ class StreamMark {
 // Blocks the host until the device has finished queued work (no-op on CPU).
 inline void SynchronizeDevice(const at::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index() < 0 ? -1 : device.index());
+}
+
+// ---------------------------------------------------------------------------
+// Kineto: LibTorch's profiler (the one torch.profiler drives), for a kernel
+// trace of one step. Its C++ entry points are torch::autograd::profiler's and
+// have the same shape in 1.13 and 2.x. CUDA activity needs a CUDA build with
+// CUPTI (the wheels have it); CPU activity records the host's aten ops.
+
+// Starts recording host ops and, with `cuda`, every kernel, copy and memset
+// on the device (CUPTI timestamps).
+// REQUIRES: no profiler running. Throws c10::Error if this LibTorch has no
+// Kineto.
+inline void StartKernelTrace(bool cuda) {
+  namespace prof = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  std::set<ActivityType> activities = {ActivityType::CPU};
+  if (cuda) activities.insert(ActivityType::CUDA);
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+}
+
+// Stops the profiler StartKernelTrace started and writes its Chrome trace
+// (Kineto's JSON: traceEvents with "kernel", "gpu_memcpy", "cpu_op", ...).
+inline void StopKernelTrace(const std::string& chrome_trace_path) {
+  std::unique_ptr<torch::autograd::profiler::ProfilerResult> result = torch::autograd::profiler::disableProfiler();
+  TORCH_CHECK(result != nullptr, "the profiler returned no result");
+  result->save(chrome_trace_path);
 }
 
 // ---------------------------------------------------------------------------

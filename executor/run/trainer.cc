@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "executor/run/batch_source.h"
+#include "executor/run/kernel_trace.h"
 #include "executor/checkpoint/checkpoint_store.h"
 #include "executor/checkpoint/pretrained_weights.h"
 #include "executor/checkpoint/safetensors.h"
@@ -215,6 +216,9 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   if ((config.resume || !config.resume_from.empty()) && !config.init_from.empty())
     throw UserError("--init-from starts a new run and --resume continues one: pass one of them");
   if (config.ckpt_every < 0 || config.ckpt_keep < 1) throw UserError("--ckpt-every must be >= 0 and --ckpt-keep >= 1");
+  if (config.kernel_trace_step < 0 || config.kernel_trace_step > config.steps)
+    throw UserError("--kernel-trace " + std::to_string(config.kernel_trace_step) + " is not a step of this run: give 1.." +
+                    std::to_string(config.steps) + " (a step after the first, which warms the allocator up)");
   const auto run_start = Clock::now();
 
   // --- processes: one per GPU, connected by a shard and a replica group ---
@@ -328,6 +332,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   MetricsLog log(rank0 ? config.run_dir : std::string(), config.steps, config.progress && rank0,
                  device.is_cuda() ? "GPU" : "rank", /*append=*/config.run_dir_mode == RunDirectoryMode::kResume);
   log.WritePlanAndProgram(plan, step.program());
+  StepKernelTrace kernel_trace(config.kernel_trace_step, config.run_dir, rank0, device.is_cuda());
   const double peak_flops = profile.bf16_peak_flops;
   const double model_flops = plan.model.ModelFlopsPerToken(plan.seq_len), hardware_flops = HardwareFlopsPerToken(plan);
 
@@ -454,7 +459,9 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
       for (int64_t mb = 0; mb < plan.grad_accum; ++mb) micro_batches.push_back(data.Next());
       const double data_s = SecondsSince(step_start);
 
+      if (kernel_trace.Traces(taken + 1)) kernel_trace.Begin(taken + 1);
       StepResult r = step.Run(micro_batches);  // returns after the device finished the step
+      if (kernel_trace.Traces(taken + 1)) kernel_trace.End(taken + 1, config.progress);
       const double step_s = SecondsSince(step_start);
       if (const std::string bad = bad_steps.Judge(r.loss, r.grad_norm); !bad.empty()) {
         const std::string where = "step " + std::to_string(taken + 1) + ": " + bad;
@@ -501,8 +508,9 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
       summary.peak_reserved_bytes = std::max(summary.peak_reserved_bytes, measured.peak_reserved);
       summary.memory_source = measured.memory_source;
       // The first step pays for allocator warm-up and kernel selection: leave it
-      // out of the throughput means whenever there is another step.
-      if (taken > start_step || config.steps - start_step == 1) {
+      // out of the throughput means whenever there is another step; the traced
+      // step pays for the profiler.
+      if ((taken > start_step || config.steps - start_step == 1) && !kernel_trace.IsTracedStep(taken + 1)) {
         timed_tokens_per_s += m.tokens_per_s;
         timed_tokens_per_s_per_gpu += m.tokens_per_s_per_gpu;
         timed_mfu += m.mfu;

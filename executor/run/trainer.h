@@ -63,6 +63,10 @@ struct TrainConfig {
   // each rank keeps its AdamW state file (required for such plans; checked
   // for room before anything is allocated).
   std::string nvme_dir;
+  // Trace this step (from 1; 0: none) with LibTorch's profiler
+  // (executor/run/kernel_trace.h): kernel_trace.json and kernel_profile.json
+  // in run_dir, written by rank 0.
+  int64_t kernel_trace_step = 0;
 };
 
 // Trains config.plan for config.steps optimizer steps on micro-batches from

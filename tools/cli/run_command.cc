@@ -7,7 +7,7 @@
 //               [--resume | --resume-from DIR/step-NNNNNNNN | --init-from HF_DIR]
 //               [--overwrite] [--bad-step stop|skip] [--spike-factor F]
 //               [--price DOLLARS_PER_GPU_HOUR] [--target-tokens N]
-//               [--loader-workers N] [--loader-prefetch K] [--nvme-dir DIR]
+//               [--loader-workers N] [--loader-prefetch K] [--nvme-dir DIR] [--kernel-trace STEP]
 //
 // The plan comes from `llmplan estimate ... -o plan.json`; the token file from
 // `llmplan data prepare` or any format data/token_file.h reads.
@@ -58,6 +58,9 @@ void RunCommand(const RunOptions& o) {
     config.plan.optimizer.lr = o.lr;
   }
   if (o.steps < 1) throw UserError("--steps must be at least 1");
+  if (config.kernel_trace_step > o.steps)
+    throw UserError("--kernel-trace " + std::to_string(config.kernel_trace_step) + " is after the last step (--steps " +
+                    std::to_string(o.steps) + ")");
   if (!config.nvme_dir.empty() && !config.plan.OptimizerStateOnNvme())
     throw UserError("--nvme-dir is for plans that keep AdamW's state on NVMe, and this one keeps it " +
                     std::string(OffloadsOptimizer(config.plan.offload) ? "in host memory" : "on the GPU") +
@@ -166,6 +169,10 @@ void AddRunCommand(CLI::App& app) {
   run->add_option("--loader-prefetch", options->train.loader_prefetch,
                   "Micro-batches the loader reads ahead (default 4)")
       ->check(CLI::Range(1, 4096));
+  run->add_option("--kernel-trace", options->train.kernel_trace_step,
+                  "Trace step STEP (from 1) with LibTorch's profiler: RUN_DIR/kernel_trace.json (Perfetto) and "
+                  "kernel_profile.json, device time per kernel class (llmplan kernels reads either)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   run->add_option("--cpu-ranks", options->cpu_ranks, "With --cpu: CPU processes to start (default: the plan's gpus)")
       ->check(CLI::Range(1, 1024));
   run->callback([options] { RunCommand(*options); });
