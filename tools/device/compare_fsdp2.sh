@@ -39,7 +39,11 @@ tokens="$build/compare_tokens.bin"
 
 echo "== llmplan run ($gpus GPU(s))"
 rm -rf "$out/llmplan_run"
-"$llmplan" run --plan "$plan" --data "$tokens" --steps "$steps" --out "$out/llmplan_run" 2>&1 | tee "$out/llmplan.log"
+trace_step="${LLMPLAN_COMPARE_KERNEL_TRACE:-0}"
+trace_flag=()
+[ "$trace_step" -gt 0 ] && trace_flag=(--kernel-trace "$trace_step")
+"$llmplan" run --plan "$plan" --data "$tokens" --steps "$steps" --out "$out/llmplan_run" "${trace_flag[@]}" 2>&1 |
+  tee "$out/llmplan.log"
 if [ "${LLMPLAN_COMPARE_COMPOSITE:-0}" = 1 ]; then
   # The same plan with LibTorch's composite RMSNorm/RoPE/SwiGLU instead of
   # the fused kernels: what the kernels are worth, side by side.
@@ -54,6 +58,7 @@ fi
 fsdp2() {  # $1: result file, then extra flags
   local result="$1"
   shift
+  [ "$trace_step" -gt 0 ] && set -- "$@" --kernel-trace "$trace_step" --kernel-trace-out "${result%.json}_kernel_trace.json"
   if [ "$gpus" -gt 1 ]; then
     python3 -m torch.distributed.run --standalone --nproc-per-node "$gpus" "$root/tools/device/fsdp2_reference.py" \
       --plan "$plan" --steps "$steps" --warmup 3 --out "$result" "$@"
@@ -66,6 +71,13 @@ fsdp2 "$out/fsdp2_eager.json"
 if [ "$compile" = "--compile" ]; then
   echo "== PyTorch FSDP2, torch.compile per block"
   fsdp2 "$out/fsdp2_compiled.json" --compile
+fi
+
+if [ "$trace_step" -gt 0 ]; then
+  traces=("$out/llmplan_run/kernel_trace.json" "$out/fsdp2_eager_kernel_trace.json")
+  [ -f "$out/fsdp2_compiled_kernel_trace.json" ] && traces+=("$out/fsdp2_compiled_kernel_trace.json")
+  "$llmplan" kernels "${traces[@]}" --top 12 > "$out/kernels.txt" || true
+  head -n 20 "$out/kernels.txt"
 fi
 
 python3 - "$out" <<'EOF'

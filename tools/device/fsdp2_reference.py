@@ -14,7 +14,16 @@ are fully_shard-ed with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32
 in the plan's checkpoint_layers are wrapped with activation checkpointing (before torch.compile
 and fully_shard, as torchtitan orders them). Fused AdamW with the plan's hyper-parameters,
 warm-up + cosine learning rate and global-norm clipping as llmplan's optimizer. Random tokens,
-seeded per rank.
+seeded per rank — or, with --data, llmplan's own sample stream from the same token file
+(the windows and seeded shuffle of executor/data/batch_loader.h, rank r reading rows
+r*micro_batch.. of every global micro-batch), so the two stacks see the same tokens.
+
+Same start: --init-out DIR writes the initial weights as a Hugging Face directory
+(model.safetensors under LlamaForCausalLM's names, config.json) that `llmplan run --init-from
+DIR` loads; with the same --data both then train the same model on the same tokens and their
+loss curves can be held against each other (tools/device/loss_agreement.sh).
+--kernel-trace STEP exports that step's torch.profiler Chrome trace (--kernel-trace-out), which
+`llmplan kernels` sums up as it does llmplan's own.
 
 Measurement: --warmup steps untimed, then the rest timed one by one (cuda synchronize + wall
 clock). tokens/s/GPU = micro_batch * grad_accum * seq_len / mean timed step. MFU = tokens/s/GPU *
@@ -263,6 +272,120 @@ def learning_rate(o, step):
 
 
 # ----------------------------------------------------------------------------------------------
+# llmplan's data stream (executor/data/batch_loader.h), so both stacks read the same tokens.
+
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+class SampleOrder:
+    """Global sample s -> window of seq_len + 1 tokens: a seeded Feistel permutation per epoch
+    with cycle-walking, exactly as llmplan's SampleOrder::Window."""
+
+    def __init__(self, num_tokens, seq_len, seed, shuffle=True):
+        self.seq_len, self.seed, self.shuffle = seq_len, seed, shuffle
+        self.windows = (num_tokens - 1) // seq_len
+        if self.windows < 1:
+            raise SystemExit(f"fsdp2_reference: the token file holds {num_tokens} tokens, fewer than seq_len + 1")
+        self.half_bits = 1
+        while self.half_bits < 31 and (1 << (2 * self.half_bits)) < self.windows:
+            self.half_bits += 1
+
+    def window(self, sample):
+        epoch, index = divmod(sample, self.windows)
+        if not self.shuffle:
+            return index
+        key = splitmix64(self.seed ^ splitmix64(epoch + 1))
+        mask = (1 << self.half_bits) - 1
+        x = index
+        while True:
+            left, right = x >> self.half_bits, x & mask
+            for rnd in range(4):
+                f = splitmix64(right ^ splitmix64((key + rnd) & MASK64)) & mask
+                left, right = right, left ^ f
+            x = (left << self.half_bits) | right
+            if x < self.windows:
+                return x
+
+
+def open_tokens(path):
+    """numpy view of a token file: llm.c .bin (256 x int32 header; magic 20240520 -> uint16,
+    20240801 -> uint32) or raw uint16 (uint32 for *.u32), as llmplan reads them."""
+    import numpy as np
+    header = np.fromfile(path, dtype=np.int32, count=256)
+    if len(header) == 256 and header[0] in (20240520, 20240801):
+        dtype = np.uint16 if header[0] == 20240520 else np.uint32
+        return np.memmap(path, dtype=dtype, mode="r", offset=256 * 4, shape=(int(header[2]),))
+    return np.memmap(path, dtype=np.uint32 if path.endswith(".u32") else np.uint16, mode="r")
+
+
+class TokenStream:
+    """Rank `rank`'s micro-batches of llmplan's global sample stream."""
+
+    def __init__(self, path, seq_len, micro_batch, seed, rank, world, vocab):
+        self.tokens = open_tokens(path)
+        self.order = SampleOrder(len(self.tokens), seq_len, seed)
+        self.seq_len, self.micro_batch, self.rank, self.world = seq_len, micro_batch, rank, world
+        self.next_sample = 0
+        if int(self.tokens.max()) >= vocab:
+            raise SystemExit(f"fsdp2_reference: {path} holds token ids >= the model's vocab {vocab}")
+
+    def next(self, device):
+        import numpy as np
+        first = self.next_sample + self.rank * self.micro_batch
+        rows = [self.tokens[w * self.seq_len: w * self.seq_len + self.seq_len + 1]
+                for w in (self.order.window(first + j) for j in range(self.micro_batch))]
+        self.next_sample += self.world * self.micro_batch
+        return torch.from_numpy(np.stack(rows).astype(np.int64)).to(device, non_blocking=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# The initial weights, for llmplan run --init-from.
+
+def hf_name(name):
+    """This script's parameter names -> LlamaForCausalLM's (what llmplan reads and exports)."""
+    for wrapper in ("_checkpoint_wrapped_module.", "_orig_mod."):
+        name = name.replace(wrapper, "")
+    parts = name.split(".")
+    if parts[0] == "layers":
+        sub = "self_attn" if parts[2] in ("q_proj", "k_proj", "v_proj", "o_proj") else \
+              "mlp" if parts[2] in ("gate_proj", "up_proj", "down_proj") else None
+        return ".".join(["model", "layers", parts[1]] + ([sub] if sub else []) + parts[2:])
+    return name if name.startswith("lm_head") else "model." + name
+
+
+def write_initial_weights(model, m, out_dir, rank):
+    """model.safetensors (fp32, every rank's shards gathered) + config.json, on rank 0."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank != 0:
+        return
+    from safetensors.torch import save_file
+    tensors = {}
+    for name, t in state.items():
+        if m["tie_word_embeddings"] and name.startswith("lm_head"):
+            continue
+        tensors[hf_name(name)] = t.detach().float().contiguous()
+    os.makedirs(out_dir, exist_ok=True)
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": m["hidden_size"],
+              "intermediate_size": m["intermediate_size"], "num_attention_heads": m["num_attention_heads"],
+              "num_key_value_heads": m["num_key_value_heads"], "head_dim": m["head_dim"],
+              "num_hidden_layers": m["num_hidden_layers"], "vocab_size": m["vocab_size"],
+              "rope_theta": m["rope_theta"], "rms_norm_eps": m["rms_norm_eps"],
+              "tie_word_embeddings": bool(m["tie_word_embeddings"]), "attention_bias": bool(m["attention_bias"]),
+              "max_position_embeddings": int(m.get("max_position_embeddings", 131072)), "torch_dtype": "float32"}
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+
+
+# ----------------------------------------------------------------------------------------------
 # Distributed setup.
 
 def free_port():
@@ -366,6 +489,10 @@ def main(argv=None):
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16", help="compute (param) dtype")
     p.add_argument("--peak-flops", type=float, default=H100_BF16_PEAK, help="per GPU, for MFU")
     p.add_argument("--out", help="also write the JSON line to this file")
+    p.add_argument("--data", help="token file: train on llmplan's sample stream of it instead of random tokens")
+    p.add_argument("--init-out", help="write the initial weights here (HF directory) for llmplan run --init-from")
+    p.add_argument("--kernel-trace", type=int, default=0, help="export a torch.profiler trace of this step (from 1)")
+    p.add_argument("--kernel-trace-out", default="fsdp2_kernel_trace.json", help="where --kernel-trace writes")
     p.add_argument("--gqa", choices=["repeat", "sdpa"], default="repeat",
                    help="GQA: repeat K/V heads (torchtitan) or SDPA's enable_gqa")
     p.add_argument("--rms-norm", choices=["fused", "hf"], default="fused",
@@ -405,6 +532,9 @@ def main(argv=None):
 
     mb, accum, seq = cfg["micro_batch"], cfg["grad_accum"], cfg["seq_len"]
     gen = torch.Generator(device=device).manual_seed(cfg["seed"] * 1000 + rank)
+    stream = TokenStream(args.data, seq, mb, cfg["seed"], rank, world, m["vocab_size"]) if args.data else None
+    if args.init_out:
+        write_initial_weights(model, m, args.init_out, rank)
     clip = float(cfg["optimizer"].get("grad_clip", 0) or 0)
     use_cuda = device.type == "cuda"
 
@@ -416,11 +546,19 @@ def main(argv=None):
     for step in range(args.steps):
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(cfg["optimizer"], step)
+        profiler = None
+        if args.kernel_trace == step + 1:
+            from torch.profiler import ProfilerActivity, profile
+            profiler = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else []))
+            profiler.__enter__()
         sync()
         start = time.perf_counter()
         loss_sum = torch.zeros((), device=device)
         for _ in range(accum):
-            tokens = torch.randint(0, m["vocab_size"], (mb, seq + 1), device=device, generator=gen)
+            if stream is not None:
+                tokens = stream.next(device)
+            else:
+                tokens = torch.randint(0, m["vocab_size"], (mb, seq + 1), device=device, generator=gen)
             logits = model(tokens[:, :-1])
             loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
             (loss / accum).backward()
@@ -432,7 +570,11 @@ def main(argv=None):
         sync()
         elapsed = time.perf_counter() - start
         losses.append(loss_sum)
-        if step >= args.warmup:
+        if profiler is not None:  # the profiler's host cost: this step is not timed
+            profiler.__exit__(None, None, None)
+            if rank == 0:
+                profiler.export_chrome_trace(args.kernel_trace_out)
+        elif step >= args.warmup:
             step_times.append(elapsed)
 
     # Losses averaged over ranks; memory the worst rank's.
@@ -476,6 +618,7 @@ def main(argv=None):
         "dtype": args.dtype,
         "gqa": args.gqa,
         "rms_norm": args.rms_norm if hasattr(F, "rms_norm") else "hf",
+        "data": args.data or "random",
         "warmup_steps": args.warmup,
         "timed_steps": len(step_times),
         "torch": torch.__version__,
