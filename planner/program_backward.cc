@@ -94,8 +94,10 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
     op.micro_batch = mb;
     op.name = OpName("reduce-local", u, mb);
     op.deps = {bwd};
-    // Read the compute-dtype gradient, read and write the fp32 one.
-    op.work.elementwise_bytes = Padded(u) * (ParamBytes() + 8);
+    // Read the compute-dtype gradient, read and write the fp32 one — except
+    // the step's first contribution, which only writes it
+    // (FlatUnit::AccumulateIntoGrad).
+    op.work.elementwise_bytes = Padded(u) * (ParamBytes() + (mb == 0 ? 4 : 8));
     op.work.launches = 2;
     if (last_mb && R(u) > 1) op.gradient_scale = 1.0 / R(u);
     tensors_.Free(compute_grad_[u], op.alloc_at_start);
@@ -135,8 +137,9 @@ void ProgramBuilder::AccumulateThrough(int rs_id) {
     op.micro_batch = s.mb;
     op.name = OpName("accumulate", s.unit, s.mb);
     op.deps = {s.rs};
-    // Read the reduced shard, read and write the fp32 gradient shard.
-    op.work.elementwise_bytes = Padded(s.unit) / G(s.unit) * (ReduceBytes() + 8);
+    // Read the reduced shard, read and write the fp32 gradient shard (only
+    // write it for the step's first micro-batch).
+    op.work.elementwise_bytes = Padded(s.unit) / G(s.unit) * (ReduceBytes() + (s.mb == 0 ? 4 : 8));
     op.work.launches = 1;
     if (s.last_mb && R(s.unit) > 1) op.gradient_scale = 1.0 / R(s.unit);
     for (int t : s.temporaries) tensors_.Free(t, op.alloc_at_start);

@@ -87,7 +87,7 @@ bool HostBlocks(const StepOp& op, bool cpu_device) {
   switch (op.stream) {
     case StreamKind::kCpu: return true;
     case StreamKind::kCompute:
-      // Clipping reads the norm on the host (a device sync) before it scales.
+      // Clipping reads the norm on the host (a device sync) for the factor AdamW applies.
       return cpu_device || op.kind == OpKind::kClipGradients;
     case StreamKind::kHostToDevice:
     case StreamKind::kDeviceToHost: return cpu_device;  // a CPU "copy" is a memcpy on the host

@@ -40,12 +40,12 @@ void ProgramBuilder::ClipGradients() {
   clip.stream = StreamKind::kCompute;
   clip.name = "clip gradients";
   clip.deps = {last};
-  // Scaling reads and writes every fp32 gradient (priced as if the norm
-  // exceeds the limit, as it does early in training); the offloaded
-  // optimizer clips on the host as it updates (CopyGradientsToHost).
-  clip.work.elementwise_bytes =
-      plan_.optimizer.grad_clip > 0 && !OffloadsOptimizer(plan_.offload) ? 8 * shard_params : 0;
-  clip.work.launches = n;
+  // The host reads the norm (a device sync) and computes the factor; AdamW
+  // applies it as it reads each gradient — the fused kernel in a register,
+  // the CPU AdamW of offload in its loop; only the ATen AdamW of a CPU run
+  // scales the gradient first (priced in its AdamW ops, OptimizerStep).
+  clip.work.elementwise_bytes = 0;
+  clip.work.launches = 0;
   clip_ = Add(std::move(clip));
 }
 
@@ -55,6 +55,7 @@ void ProgramBuilder::OptimizerStep() {
   // next step's first forward (UpdateOnHost).
   if (OffloadsOptimizer(plan_.offload)) return;
   const bool master_on_host = OffloadsParams(plan_.offload);
+  const bool scales_before_adamw = plan_.optimizer.grad_clip > 0 && profile_.device_kind == "cpu";
   for (int u = 0; u < NumUnits(); ++u) {
     const double shard = Shard(u);
     int master_in = -1;
@@ -73,8 +74,10 @@ void ProgramBuilder::OptimizerStep() {
     op.name = OpName("adamw", u);
     op.deps = {clip_, master_in};
     // Fused AdamW reads param, grad, m, v (fp32) and writes param, m, v and
-    // the bf16 compute copy: 30 bytes per parameter of HBM traffic.
-    op.work.elementwise_bytes = 30 * shard;
+    // the bf16 compute copy: 30 bytes per parameter of HBM traffic. A CPU
+    // run's ATen AdamW first scales the gradient for clipping (read and
+    // write it; priced as if the norm exceeds the limit, as early in training).
+    op.work.elementwise_bytes = 30 * shard + (scales_before_adamw ? 8 * shard : 0);
     op.work.launches = 1;
     const int step = Add(std::move(op));
     if (master_on_host) {

@@ -123,10 +123,11 @@ void AdamW::UpdateOnHost(int unit, at::Tensor& master, const at::Tensor& grad, c
            cpu_threads_, copy ? compute_copy.data_ptr() : nullptr, copy && compute_copy.scalar_type() == at::kBFloat16);
 }
 
-void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy) {
+void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy,
+                   double grad_scale) {
   at::NoGradGuard no_grad;
   if (state_on_host_) {
-    UpdateOnHost(unit, master, grad, compute_copy, NextScalars());
+    UpdateOnHost(unit, master, grad, compute_copy, NextScalars(grad_scale));
     return;
   }
   CheckShapes(unit, master, grad);
@@ -147,7 +148,7 @@ void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const a
     // on this thread (the default stream's handle is null: a launch on it goes
     // to the current device).
     const c10::cuda::CUDAGuard guard(master.device());
-    const AdamWScalars s = NextScalars();
+    const AdamWScalars s = NextScalars(grad_scale);
     LaunchFusedAdamW(master.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
                      compute_copy.defined() ? compute_copy.data_ptr() : nullptr,
                      compute_copy.defined() && compute_copy.scalar_type() == at::kBFloat16, master.numel(), s,
@@ -155,6 +156,7 @@ void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const a
     return;
   }
 #endif
+  if (grad_scale != 1.0) grad.mul_(grad_scale);  // at::Tensor handles are shallow: scales the buffer
   if (allow_fused_ && compat::HasFusedAdamW(master.device())) {
     step_tensor_.fill_(static_cast<double>(t));
     compat::FusedAdamW(master, grad, m, v, step_tensor_, lr, b1, b2, config_.weight_decay, config_.eps);

@@ -90,10 +90,14 @@ class AdamW {
   // Where the state lives decides the path: CUDA tensors take the fused
   // kernel (one launch), host tensors the multi-threaded CPU loop (offload),
   // others the whole-buffer ATen ops.
+  // The gradient is read as grad * grad_scale (clipping: ClipScale(norm)):
+  // the fused kernel scales in a register, the other paths scale `grad` in
+  // place first — the same fp32 products either way.
   // REQUIRES: master and grad have shard_numels[unit] fp32 elements on the
   // device the state was created on; compute_copy, when defined, as many
   // elements, contiguous.
-  void Update(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy = at::Tensor());
+  void Update(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy = at::Tensor(),
+              double grad_scale = 1.0);
 
   // The numbers the next Update applies (this step's learning rate and bias
   // corrections), with the gradient multiplied by `grad_scale` as it is read.

@@ -121,8 +121,7 @@ void FlatUnit::RefreshComputeShard() {
 void FlatUnit::ReduceGradientsLocal(bool release) {
   TORCH_CHECK(group_size_ == 1, "FlatUnit::ReduceGradientsLocal needs an unsharded unit");
   TORCH_CHECK(compute_grad_materialized(), "FlatUnit::ReduceGradientsLocal: compute_grad was released");
-  at::NoGradGuard no_grad;
-  grad_.add_(compute_grad_);  // promotes bf16 to fp32 inside the kernel
+  AccumulateIntoGrad(compute_grad_);
   if (release) {
     ReleaseComputeGrad();  // the caching allocator reuses the block once the add above has run
   } else {
@@ -130,9 +129,33 @@ void FlatUnit::ReduceGradientsLocal(bool release) {
   }
 }
 
+void FlatUnit::AccumulateIntoGrad(const at::Tensor& contribution, double scale) {
+  TORCH_CHECK(contribution.numel() == grad_.numel(), "FlatUnit::AccumulateIntoGrad: ", contribution.numel(),
+              " values for a gradient shard of ", grad_.numel());
+  at::NoGradGuard no_grad;
+  if (!grad_stale_) {
+    grad_.add_(contribution, scale);  // promotes a bf16 contribution to fp32 inside the kernel
+    return;
+  }
+  if (scale == 1.0) {
+    grad_.copy_(contribution);  // the cast, if any, inside the copy kernel
+  } else {
+    // A 0-dim CPU tensor is a scalar operand on any device, in fp32 as add_'s alpha is.
+    at::mul_out(grad_, contribution, at::scalar_tensor(scale, at::TensorOptions().dtype(at::kFloat)));
+  }
+  grad_stale_ = false;
+}
+
+void FlatUnit::StartGradients() {
+  at::NoGradGuard no_grad;
+  if (compute_grad_materialized()) compute_grad_.zero_();
+  grad_stale_ = true;
+}
+
 void FlatUnit::ZeroGradients() {
   at::NoGradGuard no_grad;
   grad_.zero_();
+  grad_stale_ = false;
   if (compute_grad_materialized()) compute_grad_.zero_();
 }
 
