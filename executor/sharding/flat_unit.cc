@@ -3,7 +3,12 @@
 #include <algorithm>
 
 #include "executor/hardware/host_memory.h"
+#include "executor/sharding/gradient_widen.h"
 #include "executor/torch_compat.h"
+
+#ifdef LLMPLAN_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#endif
 
 namespace llmplan::executor {
 
@@ -133,6 +138,17 @@ void FlatUnit::AccumulateIntoGrad(const at::Tensor& contribution, double scale) 
   TORCH_CHECK(contribution.numel() == grad_.numel(), "FlatUnit::AccumulateIntoGrad: ", contribution.numel(),
               " values for a gradient shard of ", grad_.numel());
   at::NoGradGuard no_grad;
+#ifdef LLMPLAN_WITH_CUDA
+  if (scale == 1.0 && grad_.is_cuda() && contribution.device() == grad_.device() &&
+      contribution.scalar_type() == at::kBFloat16 && contribution.is_contiguous()) {
+    const c10::cuda::CUDAGuard guard(grad_.device());
+    if (LaunchWidenBf16(contribution.data_ptr(), grad_.data_ptr<float>(), grad_.numel(), /*accumulate=*/!grad_stale_,
+                        at::cuda::getCurrentCUDAStream(grad_.device().index()).stream())) {
+      grad_stale_ = false;
+      return;
+    }
+  }
+#endif
   if (!grad_stale_) {
     grad_.add_(contribution, scale);  // promotes a bf16 contribution to fp32 inside the kernel
     return;

@@ -142,10 +142,11 @@ class FlatUnit {
   void ReduceGradientsLocal(bool release = false);
   // grad += scale * contribution, or — the step's first contribution after
   // StartGradients — grad = scale * contribution: one pass that writes the
-  // fp32 shard instead of a zeroing pass plus an add that reads it back
-  // (on an H200 the bf16 -> fp32 add of a Llama-3.2-1B block is an
-  // unvectorised mixed-dtype kernel at ~2 TB/s, 335 us; the cast-copy runs
-  // at HBM speed). The same values bit for bit: 0 + x rounds to x.
+  // fp32 shard instead of a zeroing pass plus an add that reads it back. On
+  // CUDA a bf16 contribution goes through gradient_widen.h's kernel at HBM
+  // speed (ATen's mixed-dtype add and copy run unvectorised on an H200: 335
+  // and 268 us for a Llama-3.2-1B block). The same values bit for bit:
+  // widening is exact and 0 + x rounds to x.
   // REQUIRES: contribution has shard_numel() elements on grad's device.
   void AccumulateIntoGrad(const at::Tensor& contribution, double scale = 1.0);
   // Starts an optimizer step's gradients: compute_grad zeroed when

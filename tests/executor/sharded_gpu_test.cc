@@ -2,6 +2,8 @@
 //   - the fused AdamW kernel (fused_adamw.cu) writes the bf16 copy the next
 //     all-gather sends, equal to the cast of the updated master, and matches
 //     the whole-buffer ATen form, on the float4 path and the scalar tail;
+//   - a unit's fp32 gradient shard takes bf16 contributions (the widening
+//     kernel, gradient_widen.cu) exactly as ATen's cast and add would;
 //   - releasing a unit's gathered copy really returns its bytes to the CUDA
 //     caching allocator (FSDP's storage trick), and the parameters see the
 //     bytes a later gather brings;
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -64,6 +67,40 @@ TEST_F(ShardedGpuTest, FusedAdamWWritesTheBf16GatherCopy) {
     }
     EXPECT_TRUE(at::allclose(a, b, 1e-5, 1e-6)) << n << ": " << (a - b).abs().max().item<double>();
     EXPECT_TRUE(at::equal(copy, a.to(at::kBFloat16))) << n;
+  }
+}
+
+TEST_F(ShardedGpuTest, GradientShardTakesBf16ContributionsExactly) {
+  // The step's first contribution writes the fp32 shard, later ones add
+  // (gradient_widen.cu on CUDA): exactly what ATen's cast and fp32 add give,
+  // on the 16-byte path, with a tail, and for a misaligned contribution
+  // (which falls back to ATen). Poisoned first, so an element not written shows.
+  for (int64_t n : {int64_t{4096}, int64_t{4101}, int64_t{3} << 20}) {
+    std::vector<ParamShape> shapes = {{"w", {n}, ParamInit::kNormal}};
+    FlatUnit unit(shapes, FlatUnitOptions{1, 0, at::kBFloat16, false}, kCuda);
+    auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(kCuda);
+    at::Tensor a = at::randn({n}, bf16), b = at::randn({n}, bf16);
+    at::Tensor spare = at::randn({n + 1}, bf16);
+    at::Tensor misaligned = spare.narrow(0, 1, n);  // 2 bytes past a 16-byte boundary
+    unit.grad().fill_(std::nanf(""));
+    unit.StartGradients();
+    EXPECT_TRUE(unit.grad_stale());
+    unit.AccumulateIntoGrad(a);
+    EXPECT_FALSE(unit.grad_stale());
+    EXPECT_TRUE(at::equal(unit.grad(), a.to(at::kFloat))) << n;
+    unit.AccumulateIntoGrad(b);
+    EXPECT_TRUE(at::equal(unit.grad(), a.to(at::kFloat) + b.to(at::kFloat))) << n;
+    unit.AccumulateIntoGrad(misaligned);
+    EXPECT_TRUE(at::equal(unit.grad(), a.to(at::kFloat) + b.to(at::kFloat) + misaligned.to(at::kFloat))) << n;
+    unit.grad().fill_(std::nanf(""));
+    unit.StartGradients();
+    unit.AccumulateIntoGrad(misaligned);
+    EXPECT_TRUE(at::equal(unit.grad(), misaligned.to(at::kFloat))) << n;
+    // A scaled first contribution (a reduce-scatter's shard over 2 ranks).
+    at::Tensor shard = at::randn({n}, bf16.dtype(at::kFloat));
+    unit.StartGradients();
+    unit.AccumulateIntoGrad(shard, 0.5);
+    EXPECT_TRUE(at::equal(unit.grad(), shard * 0.5)) << n;
   }
 }
 
