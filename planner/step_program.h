@@ -56,12 +56,14 @@ enum class OpKind {
   kRelease,        // free gathered params (zero duration; memory event)
   kReduceScatter,  // gradients to their owners within the shard group, into a temporary shard
   kAccumulateShard,  // grad shard += reduced shard / shard group size (x gradient_scale); frees the temporaries
+                     // (the step's first micro-batch writes the shard: =, not +=)
   kLocalReduce,    // unsharded unit: fp32 grad += compute-dtype grad (x gradient_scale); frees the latter
+                   // (the step's first micro-batch writes it: =, not +=)
   kAllReduce,      // a unit's fp32 gradient shard summed across the replica group (no_shard, hybrid)
   kGradNorm,       // sum of squares of this rank's gradient shards (a device scalar)
   kAllReduceGradNorm,  // that scalar summed over the shard group
-  kClipGradients,  // the host reads the norm; gradients scaled when it exceeds the limit
-                   // (with the optimizer offloaded: the scale is kept for the CPU AdamW)
+  kClipGradients,  // the host reads the norm and keeps the factor (< 1 when it exceeds the
+                   // limit) that AdamW applies as it reads each gradient, on the GPU or the CPU
   kAllReduceLoss,  // the step's summed loss over every rank (the reported mean)
   kCopyToDevice,   // offload: params / gradients host -> device
   kCopyToHost,     // offload: gradients device -> host
