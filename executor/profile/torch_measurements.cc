@@ -96,13 +96,16 @@ std::vector<AttentionMeasurement> MeasureAttention(const c10::Device& device, c1
     // Forward as training runs it: with autograd recording (the kernel then
     // also saves what backward needs).
     row.forward_s = SecondsPerCall(device, [&] { (void)compat::CausalAttention(q, k, v); }, budget);
-    row.forward_backward_s = SecondsPerCall(
+    // The backward timed on its own, over one forward's retained graph: as
+    // the difference of two timings (forward + backward minus forward) it
+    // came out near zero on a loaded 2-core CPU — a backward rate of 3e20
+    // FLOP/s, which the profile then refused.
+    const at::Tensor out = compat::CausalAttention(q, k, v);
+    const double backward_s = SecondsPerCall(
         device,
-        [&] {
-          const at::Tensor out = compat::CausalAttention(q, k, v);
-          (void)torch::autograd::grad({out}, {q, k, v}, {grad_out});
-        },
+        [&] { (void)torch::autograd::grad({out}, {q, k, v}, {grad_out}, /*retain_graph=*/true); },
         budget);
+    row.forward_backward_s = row.forward_s + backward_s;
     rows.push_back(row);
     if (progress) progress(static_cast<int>(rows.size()), static_cast<int>(shapes.size()));
   }
