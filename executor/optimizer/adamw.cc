@@ -52,18 +52,15 @@ at::Tensor AdamW::SumOfSquares(const std::vector<at::Tensor>& grads) {
   return at::stack(squares).sum();
 }
 
-void AdamW::ClipToNorm(const std::vector<at::Tensor>& grads, double norm) const {
-  at::NoGradGuard no_grad;
-  const double scale = ClipScale(norm);
-  if (scale == 1.0) return;
-  for (const auto& g : grads) g.mul_(scale);  // at::Tensor handles are shallow: writes the buffer
-}
-
 double AdamW::ClipGradients(const std::vector<at::Tensor>& grads) {
   if (grads.empty()) return 0;
   // Per-buffer norms stay on the device; one .item() at the end is the only sync.
   const double norm = SumOfSquares(grads).sqrt().item<double>();
-  ClipToNorm(grads, norm);
+  const double scale = ClipScale(norm);
+  if (scale != 1.0) {
+    at::NoGradGuard no_grad;
+    for (const auto& g : grads) g.mul_(scale);  // at::Tensor handles are shallow: writes the buffer
+  }
   return norm;
 }
 

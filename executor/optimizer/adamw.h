@@ -68,14 +68,13 @@ class AdamW {
   // REQUIRES: grads are fp32 and disjoint (padding elements zero).
   double ClipGradients(const std::vector<at::Tensor>& grads);
 
-  // The two halves of ClipGradients, for sharded gradients whose squared norm
-  // is summed across ranks in between:
+  // What the step interpreter uses instead, for sharded gradients whose
+  // squared norm is summed across ranks in between, and whose clipping
+  // factor Update applies as it reads them (no pass over the gradients):
   // sum over `grads` of their squared L2 norms, an fp32 scalar tensor on
   // their device (no host sync).
   // REQUIRES: grads non-empty, fp32, on one device.
   static at::Tensor SumOfSquares(const std::vector<at::Tensor>& grads);
-  // Scales every gradient by ClipScale(norm) in place (nothing when it is 1).
-  void ClipToNorm(const std::vector<at::Tensor>& grads, double norm) const;
   // grad_clip / (norm + 1e-6) when grad_clip > 0 and norm exceeds it, else 1.
   double ClipScale(double norm) const;
 

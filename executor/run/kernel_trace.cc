@@ -37,6 +37,9 @@ void StepKernelTrace::End(int64_t step, bool progress) {
     const std::string partial = trace_path + ".partial";
     compat::StopKernelTrace(partial);
     if (std::rename(partial.c_str(), trace_path.c_str()) != 0) throw std::runtime_error("cannot rename " + partial);
+    // Read back from the file, not from Kineto's event objects (whose
+    // accessors differ between LibTorch versions): one reader for llmplan's
+    // traces and a PyTorch peer's, as `llmplan kernels` sums them up.
     const KernelProfile profile = SummarizeKernels(ReadDeviceEvents(trace_path));
     nlohmann::json j = KernelProfileJson(profile, /*top=*/40);
     j["step"] = step;
