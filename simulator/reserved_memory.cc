@@ -86,16 +86,15 @@ class Replay {
       const int64_t compute = Alloc(c * padded);
       const int64_t compute_grad = Alloc(c * padded);
       if (!u.resident) Alloc(compute_shards * shard / gathered_shards);  // compute_shard (resident: compute itself)
+      // Both released at once unless the unit is resident (shard_model.cc):
+      // a gathered unit's compute buffer exists from its gather to its
+      // release. (Keeping it into the first step on one GPU, as this replay
+      // once did, put 2 bytes per parameter too many in start-up: +19%
+      // reserved for Llama-3.2-3B full_shard with the optimizer offloaded,
+      // whose AdamW state on the host left no later allocation to fill the
+      // holes.)
       Free(compute_grad);
-      // Released at once when sharded. On one GPU with gathers (casts) it
-      // stays materialised into the first step: that step's first gather of
-      // the unit finds it there, and its release frees it.
-      if (u.group_size > 1) {
-        Free(compute);
-        materialized_.push_back(-1);
-      } else {
-        materialized_.push_back(u.resident ? -1 : compute);
-      }
+      if (!u.resident) Free(compute);
     }
     for (const Unit& u : program_.units) {
       const double share = static_cast<double>(u.padded_params) / u.group_size / shards;
@@ -114,14 +113,12 @@ class Replay {
   struct State {
     size_t op = 0;
     double reserved = 0, allocated = 0;
-    bool materialized = false;  // a start-up buffer still waits for its first gather
     bool workspaces = false;
     std::vector<CachingAllocatorModel::BlockInfo> blocks;
     bool operator==(const State&) const = default;
   };
   State Now(size_t op, bool workspaces) const {
-    State state{op, model_.reserved_bytes(), model_.allocated_bytes(), false, workspaces, model_.Blocks()};
-    for (int64_t h : materialized_) state.materialized |= h >= 0;
+    State state{op, model_.reserved_bytes(), model_.allocated_bytes(), workspaces, model_.Blocks()};
     for (auto& b : state.blocks) b.handle = b.allocated ? owner_.at(b.handle) : -1;
     return state;
   }
@@ -197,13 +194,9 @@ class Replay {
           if (d.tensor < 0) continue;  // parameter offload's staging: not run by the executor
           if (d.bytes > 0) {
             if (skipped) continue;
-            // A buffer still materialised from start-up is what the first gather finds.
-            int64_t& kept = op.kind == OpKind::kAllGather ? materialized_.at(op.unit) : no_handle_;
             if (d.tensor >= static_cast<int>(handle_.size())) handle_.resize(d.tensor + 1, -1);
-            if (kept >= 0) owner_[kept] = d.tensor;
-            handle_[d.tensor] = kept >= 0 ? kept : Alloc(d.bytes, d.tensor);
+            handle_[d.tensor] = Alloc(d.bytes, d.tensor);
             live_ += handle_[d.tensor] >= 0;
-            kept = -1;
             continue;
           }
           // Nothing to do for a tensor a skipped op would have made.
@@ -224,13 +217,11 @@ class Replay {
   const Plan& plan_;
   const StepProgram& program_;
   CachingAllocatorModel model_;
-  std::vector<int64_t> materialized_;  // per unit: a compute buffer still held from start-up (-1: none)
   std::vector<int64_t> handle_;        // tensor id -> the allocator's handle (-1: not allocated)
   int live_ = 0;                       // entries of handle_ that are not -1
   std::vector<int64_t> owner_;         // allocator handle -> what holds it (a tensor id or a code above)
   std::vector<State> checkpoints_;     // the first step's states, by op
   std::vector<double> first_reserved_after_;  // the first step's reserved bytes after each op
-  int64_t no_handle_ = -1;
 };
 
 }  // namespace

@@ -13,11 +13,12 @@
 // second step stops early where its state (every block and who holds it)
 // equals the first step's at the same op: from there it would repeat the
 // first exactly, so the figures are those of the whole step. Held
-// against the caching allocator's own statistics on 27 runs on 1-2 H200
-// (2026-11-30, tools/device/accuracy.sh): mean error 0.28%, 26 of 27 within
-// 0.6%, the worst -4.2% (Qwen2.5-0.5B no_shard with a tied embedding, where
-// an op's allocations and frees interleave in a way the program's
-// start/end events do not record).
+// against the caching allocator's own statistics on 26 runs on 1-2 H200
+// (tools/device/accuracy.sh; 24 of 2026-11-30, the two optimizer-offload
+// rows of 2026-12-02): mean error 0.31%, 25 of 26 within 0.6%, the worst
+// -4.2% (Qwen2.5-0.5B no_shard with a tied embedding, where an op's
+// allocations and frees interleave in a way the program's start/end events
+// do not record).
 #pragma once
 
 #include <cstdint>
