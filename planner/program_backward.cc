@@ -165,9 +165,7 @@ void ProgramBuilder::AfterReduction(int u, int reduced, bool last_mb) {
     ar.work.spans_nodes = plan_.gpus > plan_.gpus_per_node;
     reduced = Add(std::move(ar));
   }
-  if (!last_mb) return;
-  grad_final_[u] = reduced;
-  if (OffloadsOptimizer(plan_.offload)) CopyGradientsToHost(u, reduced);
+  if (last_mb) grad_final_[u] = reduced;
 }
 
 }  // namespace llmplan

@@ -97,21 +97,22 @@ class ProgramBuilder {
   void AccumulateThrough(int rs_id);
   // A micro-batch's gradient of unit u is reduced into its fp32 gradient by
   // op `reduced`: what follows across replicas (`last_mb`: the step's last
-  // micro-batch) and towards the host (parameter offload).
+  // micro-batch).
   void AfterReduction(int u, int reduced, bool last_mb);
 
   // --- program_step_end.cc ---
   void ClipGradients();
   void OptimizerStep();
   void LossAllReduce();
-  // Offloaded optimizer. Unit u's final gradient shard, copied to the host
-  // as soon as it is final (`reduced`: its last reduction), under the
-  // backward that is still running.
-  void CopyGradientsToHost(int u, int reduced);
-  // The host update of unit u, applying the previous step's gradients, and
-  // the updated compute-dtype shard back up: the first forward waits for it
-  // (sets update_ready_[u]). Called from Forward(0) one unit ahead, so the
-  // host updates unit u + 1 while the GPU runs unit u's forward.
+  // Offloaded optimizer, applying the previous step's gradients during this
+  // step's first forward (Forward(0) calls UpdateOnHost one unit ahead, so
+  // the host updates unit u + 1 while the GPU runs unit u's forward). Unit
+  // u's final gradient shard of the previous step, copied to its host
+  // staging slot once update `slot_free` (-1: none) has read the slot.
+  void CopyGradientsToHost(int u, int slot_free);
+  // The host update of unit u from its slot, and the updated compute-dtype
+  // shard back up: the first forward waits for it (sets update_ready_[u]).
+  // Unit 0's call first brings the first slots' gradients down.
   void UpdateOnHost(int u);
 
   // --- shared helpers ---
@@ -179,6 +180,7 @@ class ProgramBuilder {
   std::vector<int> last_forward_, gather_fwd_;
   std::vector<int> grad_final_;  // per unit: the op after which its fp32 gradient is final
   std::vector<int> update_ready_;  // per unit: the op its first forward's parameters wait for (-1: none)
+  std::vector<int> grad_down_;     // per unit: its gradient's copy to its host staging slot (offload optimizer)
   // Reduce-scatters in issue order. A backward waits for the reduce-scatter two
   // before it (FSDP2's post-backward waits on the previous one's event), so
   // unsharded gradients cannot pile up when the reduction is slower than compute.

@@ -50,9 +50,8 @@ void ProgramBuilder::ClipGradients() {
 }
 
 void ProgramBuilder::OptimizerStep() {
-  // The offloaded optimizer has no ops here: its gradients went down during
-  // the backward (CopyGradientsToHost) and the host applies them during the
-  // next step's first forward (UpdateOnHost).
+  // The offloaded optimizer has no ops here: the next step's first forward
+  // brings its gradients down and the host applies them (UpdateOnHost).
   if (OffloadsOptimizer(plan_.offload)) return;
   const bool master_on_host = OffloadsParams(plan_.offload);
   const bool scales_before_adamw = plan_.optimizer.grad_clip > 0 && profile_.device_kind == "cpu";
@@ -89,38 +88,49 @@ void ProgramBuilder::OptimizerStep() {
   }
 }
 
-void ProgramBuilder::CopyGradientsToHost(int u, int reduced) {
-  // Unclipped: the global norm is not known yet. The host update applies the
-  // clipping factor as it reads the gradient (AdamWScalars::grad_scale), so
-  // the copy need not wait for the last unit's backward, and the device never
-  // rescales its gradients (one read and write of every fp32 shard saved).
+void ProgramBuilder::CopyGradientsToHost(int u, int slot_free) {
+  // The previous step's final gradient shard, unclipped (the host update
+  // applies the clipping factor as it reads it, AdamWScalars::grad_scale, so
+  // the device never rescales its gradients). It waits in the device's fp32
+  // gradient buffer until now: this step's first reduction overwrites it
+  // only after the unit's forward, which waits for the update that reads
+  // this copy. Copied under the host update of the unit before, into the
+  // slot that update `slot_free` has finished reading.
   StepOp copy = HostCopy(OpKind::kCopyToHost, u, "d2h grads", 4 * Shard(u));
-  copy.deps = {reduced};
-  Add(std::move(copy));
+  copy.deps = {slot_free};
+  grad_down_[u] = Add(std::move(copy));
 }
 
 void ProgramBuilder::UpdateOnHost(int u) {
-  // The previous step's gradients wait in pinned host memory (copied down
-  // before that step ended), so the update depends on nothing in this
-  // step: exact, as if it had run at the end of the previous step. It
-  // holds the host (rule 4), so the host runs it between issuing unit
+  // The previous step's gradients, so the update depends on nothing computed
+  // in this step: exact, as if it had run at the end of the previous step.
+  // It holds the host (rule 4), so the host runs it between issuing unit
   // u - 1's forward and unit u's: the GPU computes while the host updates.
   // Run after the clipping instead, with the forward waiting for the last
   // update, the whole CPU AdamW is exposed (1.25 s of a 2.7 s step,
   // Llama-3.2-3B on one H200, 2026-12-01).
+  const int n = NumUnits(), slots = kOffloadStagingSlots;
+  if (u == 0)
+    for (int v = 0; v < std::min(slots, n); ++v) CopyGradientsToHost(v, -1);
+  const bool copies_up = !OffloadsParams(plan_.offload);
   const double shard = Shard(u);
   StepOp cpu;
   cpu.kind = OpKind::kCpuOptimizerStep;
   cpu.stream = StreamKind::kCpu;
   cpu.unit = u;
   cpu.name = OpName("cpu adamw", u);
+  // Its gradient is down; the compute-dtype slot it writes has gone up.
+  cpu.deps = {grad_down_[u], copies_up && u >= slots ? update_ready_[u - slots] : -1};
   cpu.work.cpu_adam_params = shard;
   cpu.work.host_sharers = plan_.GpusOnNode();
   if (plan_.OptimizerStateOnNvme()) cpu.work.nvme_bytes = 8 * shard;
   update_ready_[u] = Add(std::move(cpu));
+  // The gradient slot this update read is free: the next unit's to use it
+  // comes down while the host updates unit u + 1.
+  if (u + slots < n) CopyGradientsToHost(u + slots, update_ready_[u]);
   // With the parameters streamed (optimizer+params) the update writes the
   // host copy that the gathers bring up themselves.
-  if (OffloadsParams(plan_.offload)) return;
+  if (!copies_up) return;
   StepOp back = HostCopy(OpKind::kCopyToDevice, u, "h2d params", ParamBytes() * shard);
   back.deps = {update_ready_[u]};
   update_ready_[u] = Add(std::move(back));

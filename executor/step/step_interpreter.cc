@@ -1,5 +1,6 @@
 #include "executor/step/step_interpreter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -167,12 +168,16 @@ StepInterpreter::StepInterpreter(const Plan& plan, const LlamaModel& model, std:
                 "op \"", op.name, "\" needs the world communicator");
   }
   if (offload_) {
-    for (auto& unit : units_) {
-      host_grads_.push_back(PinnedHostZeros(unit.shard_numel(), at::kFloat));
-      // With the parameters streamed, the unit's own compute shard is on the
-      // host already: the CPU update writes it there.
-      host_compute_.push_back(params_on_host_ ? unit.compute_shard()
-                                              : PinnedHostZeros(unit.shard_numel(), unit.compute_dtype()));
+    // The staging slots the program's copies and updates take in turn
+    // (kOffloadStagingSlots): unit u uses slot u % slots.
+    int64_t largest = 0;
+    for (const auto& unit : units_) largest = std::max(largest, unit.shard_numel());
+    const int slots = std::min<int>(kOffloadStagingSlots, static_cast<int>(units_.size()));
+    for (int k = 0; k < slots; ++k) {
+      host_grad_slots_.push_back(PinnedHostZeros(largest, at::kFloat));
+      // With the parameters streamed, each unit's own compute shard is on the
+      // host already: the CPU update writes it there, no slot needed.
+      if (!params_on_host_) host_compute_slots_.push_back(PinnedHostZeros(largest, units_[0].compute_dtype()));
     }
   }
   rope_ = model.MakeRopeTable(plan.seq_len, device, ComputeDtype(plan));
@@ -604,28 +609,47 @@ void StepInterpreter::CopyGradsToHost(const StepOp& op) {
     copies_->DeviceWait(op.id);
     return;
   }
+  // The previous step's gradient (the one this Run applies); nothing to
+  // copy when there is no update to apply.
   at::Tensor src = unit.grad();
-  at::Tensor dst = host_grads_.at(op.unit);
-  copies_->Run(op.stream, op.id, recorder_, [&] { dst.copy_(src, /*non_blocking=*/true); });
+  at::Tensor dst = HostGradSlot(op.unit);
+  const bool applies = applying_.has_value();
+  copies_->Run(op.stream, op.id, recorder_, [&] {
+    if (applies) dst.copy_(src, /*non_blocking=*/true);
+  });
+}
+
+at::Tensor StepInterpreter::HostGradSlot(int unit) {
+  return host_grad_slots_.at(unit % host_grad_slots_.size()).narrow(0, 0, units_.at(unit).shard_numel());
+}
+
+at::Tensor StepInterpreter::HostComputeFor(int unit) {
+  FlatUnit& u = units_.at(unit);
+  if (params_on_host_) return u.compute_shard();
+  return host_compute_slots_.at(unit % host_compute_slots_.size()).narrow(0, 0, u.shard_numel());
 }
 
 void StepInterpreter::CpuOptimizerStep(const StepOp& op) {
   TORCH_CHECK(offload_, "CPU optimizer step in a program without offload");
   if (!applying_) return;
   FlatUnit& unit = units_.at(op.unit);
-  optimizer_.UpdateOnHost(op.unit, unit.master(), host_grads_.at(op.unit), host_compute_.at(op.unit),
-                          *applying_);
+  optimizer_.UpdateOnHost(op.unit, unit.master(), HostGradSlot(op.unit), HostComputeFor(op.unit), *applying_);
 }
 
 void StepInterpreter::FinishUpdate() {
   const std::optional<AdamWScalars> update = std::exchange(next_update_, std::nullopt);
   if (!update) return;
   at::NoGradGuard no_grad;
+  // Unit by unit through the same slots, synchronously: Run has returned, so
+  // no copy of it still reads or writes them.
   for (size_t u = 0; u < units_.size(); ++u) {
     FlatUnit& unit = units_[u];
-    optimizer_.UpdateOnHost(static_cast<int>(u), unit.master(), host_grads_[u], host_compute_[u], *update);
+    const int i = static_cast<int>(u);
+    at::Tensor grad = HostGradSlot(i), compute = HostComputeFor(i);
+    grad.copy_(unit.grad());
+    optimizer_.UpdateOnHost(i, unit.master(), grad, compute, *update);
     // Streamed parameters: the update wrote the host shard the gathers read.
-    if (!params_on_host_) unit.compute_shard().copy_(host_compute_[u]);  // synchronous from pinned memory
+    if (!params_on_host_) unit.compute_shard().copy_(compute);  // synchronous from pinned memory
   }
 }
 
@@ -659,7 +683,7 @@ void StepInterpreter::CopyParamsToDevice(const StepOp& op) {
     copies_->Run(op.stream, op.id, recorder_, [&] { dst.copy_(src, /*non_blocking=*/true); });
     return;
   }
-  at::Tensor src = host_compute_.at(op.unit);
+  at::Tensor src = HostComputeFor(op.unit);
   at::Tensor dst = unit.compute_shard();  // the resident compute copy itself under no_shard
   // Nothing was updated (the run's first step, a skipped update): the shard
   // on the device is current and the staging copy may not be.

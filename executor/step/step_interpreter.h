@@ -38,16 +38,16 @@
 //   all-reduce step loss  over the world: the reported loss is the job's mean.
 //   adamw           the fused update of the unit's fp32 shard, writing the
 //                   compute-dtype shard the next gathers send.
-//   d2h grads / cpu adamw / h2d params   the offloaded optimizer: each
-//                   gradient shard copied to pinned host memory on its own
-//                   stream as soon as it is final, unclipped (clip only
-//                   reads the norm); in the NEXT Run, beside its first
-//                   forward, the threaded CPU AdamW (cpu_adamw.h) applies it
-//                   with this step's learning rate and clipping factor,
-//                   writing a pinned compute-dtype staging shard that is
-//                   copied up into the compute shard. The run's first step
-//                   (and the step after FinishUpdate) has nothing to apply:
-//                   its cpu adamw and h2d params ops run as no-ops.
+//   d2h grads / cpu adamw / h2d params   the offloaded optimizer: a step's
+//                   gradient shards stay unclipped in the units' fp32
+//                   gradients (clip only reads the norm); in the NEXT Run,
+//                   beside its first forward, each is copied on its own
+//                   stream into a pinned staging slot, the threaded CPU
+//                   AdamW (cpu_adamw.h) applies it with that step's learning
+//                   rate and clipping factor, writing a pinned compute-dtype
+//                   slot that is copied up into the compute shard. The run's
+//                   first step (and the step after FinishUpdate) has nothing
+//                   to apply: its three ops run as no-ops.
 //   h2d master / adamw / d2h master   offload params: the fp32 master lives in
 //                   pinned host memory; a device copy of it exists only from
 //                   its h2d op to its d2h op, around the GPU AdamW.
@@ -190,6 +190,11 @@ class StepInterpreter {
   void CopyGradsToHost(const StepOp& op);
   void CpuOptimizerStep(const StepOp& op);
   void CopyParamsToDevice(const StepOp& op);
+  // Unit u's view of its gradient slot, and of where its CPU update writes
+  // the compute-dtype shard: its slot, or (parameters streamed) the unit's
+  // own host shard.
+  at::Tensor HostGradSlot(int unit);
+  at::Tensor HostComputeFor(int unit);
   bool Sharded(int unit) const { return units_.at(unit).group_size() > 1; }
 
   const Plan& plan_;
@@ -204,9 +209,10 @@ class StepInterpreter {
   bool params_on_host_ = false;  // the fp32 master (and, with offload_, the compute shard) lives on the host
   std::set<Key> recomputed_;  // (unit, micro-batch) with a recompute op: forward keeps only the input
   StepRecorder recorder_;
-  // Offload: pinned host buffers per unit (fp32 grad shard, compute-dtype
-  // shard staged for the copy up) and the copy streams.
-  std::vector<at::Tensor> host_grads_, host_compute_;
+  // Offload: the pinned staging slots (fp32 gradient shards down,
+  // compute-dtype shards up; kOffloadStagingSlots, each the largest unit's
+  // shard) and the copy streams.
+  std::vector<at::Tensor> host_grad_slots_, host_compute_slots_;
   std::unique_ptr<CopyStreams> copies_;
   std::map<int, std::unique_ptr<Pending>> pending_;  // op id -> collective in flight
 
@@ -224,7 +230,7 @@ class StepInterpreter {
   double clip_scale_ = 1;  // offload: the factor the host update applies to this step's gradients
   // Offload: a step's update, applied by the next step's cpu adamw ops — the
   // scalars (learning rate, bias corrections, clipping factor) of a step
-  // whose gradients wait in host_grads_; empty when there is nothing to
+  // whose gradients wait in the units' grad(); empty when there is nothing to
   // apply (no step yet, or the update gate refused it).
   std::optional<AdamWScalars> next_update_;  // left by the last Run
   std::optional<AdamWScalars> applying_;     // applied by this Run's cpu adamw ops

@@ -319,9 +319,11 @@ TEST(CalibrationTest, RefusesRunsOfDifferentHardware) {
 }
 
 // Runs recorded on 1-2 H200 (tests/data/runs, tools/device/accuracy.sh): per
-// machine, fitted on two or three and held out on two. a12 offloads the
-// optimizer (recorded 2026-12-02, CPU AdamW beside the next step's forward);
-// the two-H200 machine's offload run (b12) was recorded with the CPU AdamW
+// machine, fitted on two or three and held out on two or three. a12 and a13
+// offload the optimizer (recorded 2026-12-02 with the CPU AdamW beside the
+// next step's forward, gradients through two host slots): the CPU AdamW rate
+// fitted on a12 (no_shard, 1B) prices a13 (full_shard, 3B, every block
+// checkpointed). The two-H200 machine's offload run (b12) was recorded with the CPU AdamW
 // after the backward, a program llmplan no longer builds, and awaits that
 // machine. Each machine's recorded runs calibrate its own profile: the one-H200
 // machine's (a*, fused kernels, 2026-12-01) and the two-H200 machine's (b*,

@@ -1,6 +1,8 @@
 // The memory model against runs recorded on H200 (tools/device/accuracy.sh; the
 // last two steps of each kept in tests/data/runs/): the 1-GPU runs a01, a02,
-// a03, a09, a12 re-recorded on 2026-12-01 with the fused block kernels, the
+// a03, a09 re-recorded on 2026-12-01 with the fused block kernels, the
+// optimizer-offload runs a12 and a13 on 2026-12-02 (gradients through two
+// host staging slots), the
 // 2-GPU runs b* on 2026-11-30 with LibTorch's composite block ops (their
 // plans say fused_kernels: false): for every
 // op of the step program, the allocated bytes it adds and the highest point

@@ -167,7 +167,7 @@ TEST(CliTest, BadCommandLinesExitTwoWithOneLine) {
            m + "--host-memory -5",
            m + "--host-memory lots",
            std::string("estimate --model llama3-8b --gpus 1 --gpu h200-sxm --strategy no_shard --offload optimizer "
-                       "--micro-batch 1 --host-memory 100"),  // the host, not the GPU, is short
+                       "--micro-batch 1 --host-memory 64"),  // the host, not the GPU, is short
            m + "--loss-chunk 0",
            m + "--lr 1e308",
            m + "--no-such-flag",

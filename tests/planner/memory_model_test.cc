@@ -106,10 +106,14 @@ TEST(MemoryModelTest, OffloadVariants) {
     EXPECT_DOUBLE_EQ(p.persistent.compute_params, 2 * shard);  // bf16 shard for the gathers
     EXPECT_DOUBLE_EQ(p.host.master_params, 4 * shard);
     EXPECT_DOUBLE_EQ(p.host.optimizer_state, 8 * shard);
-    EXPECT_DOUBLE_EQ(p.host.grad_staging, 4 * shard);
-    EXPECT_DOUBLE_EQ(p.host.param_staging, 2 * shard);  // bf16 copy of the updated shard
-    EXPECT_DOUBLE_EQ(p.host.Total(), 18 * shard);  // 18,068,087,808
-    EXPECT_DOUBLE_EQ(p.host.Total(), 18'068'087'808.0);
+    // Two staging slots, each the largest unit's shard: the head's
+    // (128,256 x 4,096 + 4,096 = 525,340,672 elements, / 8), fp32 down and
+    // bf16 up.
+    const double head_shard = 525'340'672.0 / 8;
+    EXPECT_DOUBLE_EQ(p.host.grad_staging, 4 * 2 * head_shard);
+    EXPECT_DOUBLE_EQ(p.host.param_staging, 2 * 2 * head_shard);
+    EXPECT_DOUBLE_EQ(p.host.Total(), 12 * shard + 12 * head_shard);  // 12,833,402,880
+    EXPECT_DOUBLE_EQ(p.host.Total(), 12'833'402'880.0);
   }
   {
     StepProgram p = BuildStepProgram(MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard, 0, Offload::kParams), h100);
@@ -132,9 +136,9 @@ TEST(MemoryModelTest, OffloadVariants) {
       copies_down += op.kind == OpKind::kCopyToHost;
     }
     EXPECT_GT(streamed, 0);
-    EXPECT_EQ(copies_down, static_cast<int>(p.units.size()));  // each gradient shard once, after clipping
+    EXPECT_EQ(copies_down, static_cast<int>(p.units.size()));  // each gradient shard once, at the next step's start
     EXPECT_DOUBLE_EQ(p.host.master_params, (4 + 2) * shard);
-    EXPECT_DOUBLE_EQ(p.host.Total(), (6 + 8 + 4) * shard);
+    EXPECT_DOUBLE_EQ(p.host.Total(), (6 + 8) * shard + 4 * 2 * (525'340'672.0 / 8));  // gradient slots only
   }
 }
 
@@ -330,8 +334,9 @@ TEST(MemoryModelTest, BreakdownSumsToDevicePeakAndReservedIsTheAllocatorReplay) 
 TEST(MemoryModelTest, HostBytesForOffloadOptimizerEstimate) {
   auto h100 = Profile("h100-sxm-80g");
   Estimate e = EvaluatePlan(MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard, 0, Offload::kOptimizer), h100);
-  // master 4 + AdamW m,v 8 + gradient staging 4 + bf16 parameter staging 2 = 18 bytes per sharded parameter.
-  EXPECT_DOUBLE_EQ(e.memory.host_bytes, 18 * 8'030'261'248.0 / 8);
+  // master 4 + AdamW m,v 8 = 12 bytes per sharded parameter, and two staging
+  // slots of the largest shard (the head's), fp32 down and bf16 up.
+  EXPECT_DOUBLE_EQ(e.memory.host_bytes, 12 * 8'030'261'248.0 / 8 + 2 * (4 + 2) * 525'340'672.0 / 8);
 }
 
 }  // namespace

@@ -129,8 +129,9 @@ TEST(NvmeOffloadPricing, CpuOptimizerTakesTheLongerOfUpdateAndDiskPlusTheEdges) 
 TEST(NvmeOffloadPricing, EstimateReportsTheDiskAndFitsTheHostBudget) {
   HardwareProfile profile = H200WithDisk();
   Plan host = EightBOffloaded(OffloadTier::kHost), nvme = EightBOffloaded(OffloadTier::kNvme);
-  // 100 GiB of host memory: the host offload's 16 bytes per parameter do not fit, NVMe's 8 + blocks do.
-  host.host_memory_per_node_bytes = nvme.host_memory_per_node_bytes = 100.0 * (1 << 30);
+  // 80 GiB of host memory: the host offload's 12 bytes per parameter (89.7 GiB) do not fit,
+  // NVMe's 4 and the blocks do.
+  host.host_memory_per_node_bytes = nvme.host_memory_per_node_bytes = 80.0 * (1 << 30);
   const Estimate on_host = EvaluatePlan(host, profile), on_nvme = EvaluatePlan(nvme, profile);
   EXPECT_FALSE(on_host.fits);
   EXPECT_NE(on_host.why_not.find("host memory"), std::string::npos) << on_host.why_not;
@@ -189,21 +190,22 @@ SearchResult Search(const std::string& model, const HardwareProfile& profile, do
 }
 
 // Qwen2.5-14B on one H200: only an offloaded optimizer fits the device, and
-// its 16 bytes per parameter on the host (220 GiB) need a big host.
+// its 12 bytes per parameter on the host (165 GiB and the staging) need a big
+// host.
 TEST(NvmeOffloadSearch, TurnsToNvmeOnlyWhereTheHostIsShort) {
   // Plenty of host memory: the host, never the disk.
   const SearchResult roomy = Search("qwen2.5-14b", H200WithDisk(), 400, 128);
   ASSERT_TRUE(roomy.found) << roomy.why_none;
   EXPECT_TRUE(OffloadsOptimizer(roomy.best.plan.offload));
   EXPECT_FALSE(roomy.best.plan.OptimizerStateOnNvme());
-  // 200 GiB: the offloaded state does not fit the host; with m and v on NVMe
-  // (10 bytes per parameter left on the host: 137 GiB) it does.
-  const SearchResult short_host = Search("qwen2.5-14b", H200WithDisk(), 200, 128);
+  // 150 GiB: the offloaded state does not fit the host; with m and v on NVMe
+  // (4 bytes per parameter left on the host: 55 GiB) it does.
+  const SearchResult short_host = Search("qwen2.5-14b", H200WithDisk(), 150, 128);
   ASSERT_TRUE(short_host.found) << short_host.why_none;
   EXPECT_TRUE(short_host.best.plan.OptimizerStateOnNvme());
   EXPECT_LE(short_host.best.memory.host_bytes, short_host.best.memory.host_capacity_bytes);
   // Without disk rates the search does not offer it.
-  const SearchResult no_disk = Search("qwen2.5-14b", Profile("h200-sxm"), 200, 128);
+  const SearchResult no_disk = Search("qwen2.5-14b", Profile("h200-sxm"), 150, 128);
   EXPECT_FALSE(no_disk.found);
   EXPECT_NE(no_disk.why_none.find("host memory"), std::string::npos) << no_disk.why_none;
 }

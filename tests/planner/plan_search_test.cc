@@ -229,15 +229,18 @@ TEST(PlanSearchTest, AutoGpusReturnsTheFewestThatFit) {
   // the node size; a global batch of 64 keeps only its divisors.
   auto all_below = [](std::vector<int> v) { return [v](int) { return v; }; };
   // Llama-3-8B (N = 8.03e9) on L40S (42.7 GiB usable, 64 GiB host per GPU):
+  // (Offloaded state pins 12 B/param of master and AdamW state, 14 with the bf16 shard
+  // streamed, plus two staging slots of the largest unit's shard, E = 525.3e6 for 8B.)
   //   1 GPU: offload optimizer keeps grads 4 + bf16 params 2 = 6 B/param = 48.2 GB on the GPU: no;
-  //          optimizer+params needs 18 B/param = 144.5 GB of host: no.
-  //   2 GPUs: offload optimizer: 24.1 GB on the GPU + activations, but 18 B x N / 2 = 72.3 GB host
-  //           (master 4 + m, v 8 + grad staging 4 + bf16 staging 2; > 68.7): no.
-  //   4 GPUs: 18 B x N / 4 = 36.1 GB host: yes.
+  //          optimizer+params keeps the 32.1 GB gradient and needs 14 B x N + 8 B x E = 116.6 GB
+  //          of host: no.
+  //   2 GPUs: offload optimizer: 24.1 GB on the GPU + activations, 12 B x N / 2 + 12 B x E / 2 =
+  //           51.3 GB of host (< 68.7): yes.
   // Llama-3-70B (N = 70.55e9) on H100 (75.7 GiB usable, 256 GiB host per GPU):
-  //   4 GPUs: optimizer offload 6 B x N / 4 = 105.8 GB on the GPU: no; optimizer+params 18 B x N / 4 =
-  //           317.5 GB of host (> 274.9): no.   8 GPUs: optimizer+params, 158.7 GB of host: yes.
-  EXPECT_EQ(ExpectFewestGpus(Request("llama3-8b", "l40s-pcie", 0, 4096, 64), all_below({1, 2, 4})), 4);
+  //   4 GPUs: optimizer offload 6 B x N / 4 = 105.8 GB on the GPU: no; optimizer+params keeps
+  //           the 4 B x N / 4 = 70.6 GB gradient shard on the GPU, beside the activations: no.
+  //   8 GPUs: optimizer+params: yes.
+  EXPECT_EQ(ExpectFewestGpus(Request("llama3-8b", "l40s-pcie", 0, 4096, 64), all_below({1, 2, 4})), 2);
   EXPECT_EQ(ExpectFewestGpus(Request("llama3-70b", "h100-sxm-80g", 0, 4096, 64), all_below({1, 2, 4, 8})), 8);
   // Pinned to no offload, 70B needs 16 bytes/param of state (70.55e9 * 16 B = 1.03 TiB): far more
   // than 8 GPUs. Counts that divide 1024 up to 64: 1, 2, 4, 8, 16, 32, 64. The next
@@ -332,24 +335,31 @@ TEST(PlanSearchTest, PinsThatExcludeEveryPlanSaySo) {
 }
 
 TEST(PlanSearchTest, HostMemoryPerNodeIsSharedByTheJobsGpusOnTheNode) {
-  // Llama-3-8B on one H200 with the optimizer offloaded pins 18 B/param
-  // (master 4, AdamW 8, gradient staging 4, bf16 staging 2) = 134.6 GiB: more
-  // than the profile's 128 GiB per GPU, within a 240 GiB node the job has alone.
+  // Llama-3-8B on one H200 with the optimizer offloaded pins 12 B/param
+  // (master 4, AdamW 8) and two staging slots of the head's shard (fp32 down,
+  // bf16 up: 12 x 525,340,672 B) = 95.6 GiB: within the profile's 128 GiB
+  // per GPU, not within a 64 GiB node, within a 240 GiB one.
   auto req = Request("llama3-8b", "h200-sxm", 1, 4096, 4);
   req.strategy = ShardingStrategy::kNoShard;
   req.offload = Offload::kOptimizer;
   req.checkpoint_layers = std::vector<int>{};
   req.micro_batch = 1;
+  const double pinned = 12.0 * 8'030'261'248 + 12.0 * 525'340'672;
   Searched by_profile = Search(req);
-  EXPECT_FALSE(by_profile.result.found);
+  ASSERT_TRUE(by_profile.result.found) << by_profile.result.why_none;
   EXPECT_DOUBLE_EQ(by_profile.result.best.memory.host_capacity_bytes, by_profile.profile.host_memory_bytes);
-  EXPECT_NE(by_profile.result.why_none.find("host memory"), std::string::npos) << by_profile.result.why_none;
+  EXPECT_NEAR(by_profile.result.best.memory.host_bytes, pinned, 1e6);
+
+  req.host_memory_per_node_bytes = 64.0 * (1 << 30);
+  Searched small_node = Search(req);
+  EXPECT_FALSE(small_node.result.found);
+  EXPECT_NE(small_node.result.why_none.find("host memory"), std::string::npos) << small_node.result.why_none;
 
   req.host_memory_per_node_bytes = 240.0 * (1 << 30);
   Searched whole_node = Search(req);
   ASSERT_TRUE(whole_node.result.found) << whole_node.result.why_none;
   EXPECT_DOUBLE_EQ(whole_node.result.best.memory.host_capacity_bytes, 240.0 * (1 << 30));
-  EXPECT_NEAR(whole_node.result.best.memory.host_bytes, 18.0 * 8'030'261'248, 1e6);
+  EXPECT_NEAR(whole_node.result.best.memory.host_bytes, pinned, 1e6);
   EXPECT_EQ(whole_node.result.best.plan.host_memory_per_node_bytes, 240.0 * (1 << 30));  // recorded in the plan
   ExpectEqualsEvaluatePlan(whole_node);
 

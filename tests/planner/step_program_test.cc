@@ -242,18 +242,28 @@ TEST(StepProgramTest, OffloadOptimizerCopiesDownStepsOnCpuAndCopiesUp) {
       if (op.kind == OpKind::kClipGradients) clip = op.id;
       if (op.kind == OpKind::kForward && op.micro_batch == 0) first_forward[op.unit] = op.id;
       if (op.kind == OpKind::kCopyToHost) {
+        // The previous step's fp32 gradient shard, unclipped (clipping only
+        // reads the norm: no device bytes to scale), into staging slot
+        // u % kOffloadStagingSlots once the update before it has read it.
         EXPECT_EQ(op.stream, StreamKind::kDeviceToHost);
         d2h[op.unit] = op.id;
-        // fp32 gradient shard, unclipped, as soon as it is final: before the
-        // clipping, which only reads the norm (no device bytes to scale).
         EXPECT_EQ(clip, -1) << op.name << " waits for the clipping";
+        EXPECT_EQ(first_forward.count(op.unit), 0u) << op.name << " after the unit's forward";
         EXPECT_DOUBLE_EQ(op.work.copy_bytes,
                          4.0 * static_cast<double>(p.units[op.unit].padded_params) / p.units[op.unit].group_size);
+        const int reuses = op.unit - kOffloadStagingSlots;
+        if (reuses >= 0)
+          EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), cpu.at(reuses)), op.deps.end()) << op.name;
       }
       if (op.kind == OpKind::kCpuOptimizerStep) {
-        // The previous step's gradients: nothing in this step before it.
+        // The previous step's gradients: nothing computed in this step
+        // before it, only its own copy down and (slot reuse) the copy up of
+        // the unit that last used its compute-dtype slot.
         EXPECT_EQ(op.stream, StreamKind::kCpu);
-        EXPECT_TRUE(op.deps.empty()) << op.name;
+        std::vector<int> expected = {d2h.at(op.unit)};
+        if (op.unit >= kOffloadStagingSlots) expected.push_back(h2d.at(op.unit - kOffloadStagingSlots));
+        std::sort(expected.begin(), expected.end());
+        EXPECT_EQ(op.deps, expected) << op.name;
         cpu[op.unit] = op.id;
       }
       if (op.kind == OpKind::kCopyToDevice) {
