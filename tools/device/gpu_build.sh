@@ -4,10 +4,17 @@
 # builds llmplan with CUDA and NCCL into build-gpu/ with Ninja, against the
 # LibTorch and NCCL of the machine's python torch wheel. Extra arguments go to
 # CMake (e.g. -DCMAKE_BUILD_TYPE=RelWithDebInfo).
+#   LLMPLAN_GPU_SOURCE_DIR  another source tree to build (an older commit for a
+#                           side-by-side run, e.g. `git archive` into out/old);
+#                           it uses this tree's .deps
+#   LLMPLAN_GPU_BUILD_DIR   where (default: build-gpu/ in the source tree)
+#   LLMPLAN_GPU_TARGETS     only these targets (e.g. "llmplan llmplan-executor")
+#   LLMPLAN_JOBS            parallel jobs (default: every core)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
-build="${LLMPLAN_GPU_BUILD_DIR:-$root/build-gpu}"
+source_dir="$(cd "${LLMPLAN_GPU_SOURCE_DIR:-$root}" && pwd)"
+build="${LLMPLAN_GPU_BUILD_DIR:-$source_dir/build-gpu}"
 # NVLink multicast stays off on the lent GPU machines (a program that uses it
 # can take the host's shared GPUs out of service): keep these set, also for
 # every process the tests start.
@@ -26,11 +33,12 @@ nccl_root="$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])')"
 # executor/CMakeLists.txt links $nccl_root/lib/libnccl.so.2 by full path
 # (the wheel has no unversioned libnccl.so).
 
-cmake -S "$root" -B "$build" -G Ninja \
+cmake -S "$source_dir" -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release \
   -DLLMPLAN_DEPS_DIR="$root/.deps" \
   -DLLMPLAN_WITH_CUDA=ON \
   -DCMAKE_PREFIX_PATH="$torch_prefix" \
   -DLLMPLAN_NCCL_ROOT="$nccl_root" \
   "$@"
-cmake --build "$build" -j "${LLMPLAN_JOBS:-$(nproc)}"
+# shellcheck disable=SC2086  # a list of target names
+cmake --build "$build" -j "${LLMPLAN_JOBS:-$(nproc)}" ${LLMPLAN_GPU_TARGETS:+--target $LLMPLAN_GPU_TARGETS}

@@ -2,20 +2,18 @@
 # device call 3 (one H200): the CLI only, of the working tree and of the
 # commit before the staging slots (out/old), built side by side; then
 # Llama-3.2-3B optimizer offload (full_shard, mb 2 x 4, seq 4096) old then
-# new, 5 steps each, in one call.
+# new, 5 steps each, in one call. out/old: `git archive bef5c56 | tar x -C
+# out/old` on the dev machine, carried with .deps. (As run on 2026-12-02 it
+# configured both trees inline; it builds through gpu_build.sh now.)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PATH=/usr/local/cuda/bin:$PATH
 top=$(pwd)
-cp -r .deps out/old/
 t0=$(date +%s)
-torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
-nccl_root="$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])')"
-build() {  # source dir, log
-  (cd "$1" && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLMPLAN_DEPS_DIR=$top/.deps -DLLMPLAN_WITH_CUDA=ON \
-     -DCMAKE_PREFIX_PATH="$torch_prefix" -DLLMPLAN_NCCL_ROOT="$nccl_root" > "$2" 2>&1 &&
-   cmake --build build-gpu -j 8 --target llmplan llmplan-executor >> "$2" 2>&1; echo "build $1 rc $? $(( $(date +%s) - t0 )) s" >> "$2")
-}
-build $top $OUT/build.log & build $top/out/old $OUT/old_build.log & wait
+export LLMPLAN_GPU_TARGETS="llmplan llmplan-executor" LLMPLAN_JOBS=8
+(tools/device/gpu_build.sh > $OUT/build.log 2>&1; echo "new build rc $? $(( $(date +%s) - t0 )) s" >> $OUT/build.log) &
+(LLMPLAN_GPU_SOURCE_DIR=out/old tools/device/gpu_build.sh > $OUT/old_build.log 2>&1
+ echo "old build rc $? $(( $(date +%s) - t0 )) s" >> $OUT/old_build.log) &
+wait
 tail -n 1 $OUT/build.log; tail -n 1 $OUT/old_build.log
 w=$top/build-gpu/slots3b && rm -rf $w && mkdir -p $w
 build-gpu/tools/llmplan data prepare -o $w/tokens.bin $(find planner executor -name '*.cc') > /dev/null
