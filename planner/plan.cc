@@ -112,6 +112,18 @@ void Plan::Validate() const {
   if (offload_to == OffloadTier::kNvme && !OffloadsOptimizer(offload))
     fail("offload_to nvme holds AdamW's state on a local SSD, and offload " + OffloadName(offload) +
          " keeps the optimizer on the GPU: use offload optimizer or optimizer+params");
+  if (delayed_update && offload != Offload::kOptimizer)
+    fail("delayed_update runs the CPU AdamW of the offloaded optimizer beside the next step, and offload " +
+         OffloadName(offload) + (offload == Offload::kOptimizerAndParams
+                                     ? " streams parameters from the host shard that update writes"
+                                     : " keeps the optimizer on the GPU") +
+         ": use offload optimizer, or drop delayed_update");
+  if (delayed_update && offload_to == OffloadTier::kNvme)
+    fail("delayed_update is not supported with offload_to nvme yet: use offload_to host, or drop delayed_update");
+  if (delayed_update && grad_accum != 1)
+    fail("delayed_update needs one micro-batch per step (grad_accum " + std::to_string(grad_accum) +
+         " here): the delayed update moves each unit's gradient and parameters through two staging slots between "
+         "its first reduction and its last backward; raise micro_batch to grad_accum 1, or drop delayed_update");
   if (seq_len < 1 || seq_len > (int64_t{1} << 22)) fail("seq_len must be between 1 and 4194304");
   // Positions past the model's maximum were never trained: the model's own
   // code (and Hugging Face's) is not meant to run there.
@@ -203,6 +215,7 @@ std::string PlanSummary(const Plan& p) {
   s += ", ckpt " + std::to_string(p.checkpoint_layers.size()) + "/" + std::to_string(p.model.layers);
   s += ", offload " + OffloadName(p.offload);
   if (p.OptimizerStateOnNvme()) s += " to nvme";
+  if (p.delayed_update) s += ", delayed update";
   if (p.replicate_edges) s += ", edges whole";
   if (!p.fused_kernels) s += ", composite kernels";
   return s;
@@ -225,6 +238,7 @@ nlohmann::json PlanToJson(const Plan& p) {
           {"offload", OffloadName(p.offload)},
           {"replicate_edges", p.replicate_edges},
           {"offload_to", OffloadTierName(p.offload_to)},
+          {"delayed_update", p.delayed_update},
           {"checkpoint_layers", p.checkpoint_layers},
           {"prefetch_depth", p.prefetch_depth},
           {"fused_kernels", p.fused_kernels},
@@ -265,6 +279,7 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
   p.offload = ParseOffload(r.String("offload", "none"));
   p.replicate_edges = r.Bool("replicate_edges", false);
   p.offload_to = ParseOffloadTier(r.String("offload_to", "host"));
+  p.delayed_update = r.Bool("delayed_update", false);
   if (r.Has("checkpoint_layers")) {
     const auto& cl = r.Raw("checkpoint_layers");
     if (cl.is_string()) {

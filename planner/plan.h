@@ -90,6 +90,20 @@ struct Plan {
   // Where the offloaded AdamW m and v live (JSON "offload_to", default
   // "host"); kNvme only with an offload that moves the optimizer.
   OffloadTier offload_to = OffloadTier::kHost;
+  // Delayed parameter update (ZeRO-Offload's DPU), opt-in: with the
+  // optimizer offloaded, step N's forward and backward run on the
+  // parameters of step N - 2's update while the host applies step N - 1's
+  // gradients beside them, unit by unit in backward order, each unit's new
+  // parameters copied up once step N's backward is done with its old ones.
+  // The CPU AdamW then hides under a whole forward and backward instead of
+  // only the first forward, at the price of gradients one step stale (a
+  // checkpoint finishes the pending update, so the step after it runs on
+  // current parameters, resumed or not). JSON "delayed_update", default false.
+  // REQUIRES (Validate): offload optimizer (not +params: their gathers read
+  // the host shard the update writes), host tier, grad_accum 1 (a unit's old
+  // gradient must be down before its first reduction and its new parameters
+  // up after its last backward, through the two staging slots).
+  bool delayed_update = false;
   std::vector<int> checkpoint_layers;  // sorted block indices recomputed in backward
   // Per-unit strategy: the embedding and the head (final norm + lm_head) kept
   // whole on every GPU — no gathers, their gradients all-reduced over the

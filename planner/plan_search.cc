@@ -505,6 +505,8 @@ class Searcher {
       plan.replicate_edges = c.replicate_edges;
       if (req_.offload_to == OffloadTier::kNvme && OffloadsOptimizer(c.offload)) plan.offload_to = OffloadTier::kNvme;
       if (req_.checkpoint_layers) plan.checkpoint_layers = *req_.checkpoint_layers;
+      plan.delayed_update = req_.delayed_update && plan.offload == Offload::kOptimizer &&
+                            plan.offload_to == OffloadTier::kHost && plan.grad_accum == 1;
       if (gpus == 1 && c.strategy == ShardingStrategy::kHybridShard) continue;
       plan.Validate();
       Estimate e = FitCheckpoints(plan, c.min_checkpointed);
@@ -513,6 +515,7 @@ class Searcher {
       if (!e.fits && !req_.offload_to && OffloadsOptimizer(plan.offload) && HasNvmeRates(profile_) &&
           e.memory.host_bytes > e.memory.host_capacity_bytes) {
         plan.offload_to = OffloadTier::kNvme;
+        plan.delayed_update = false;  // not with NVMe (Plan::Validate)
         e = FitCheckpoints(plan);
       }
       (e.fits ? out.feasible : out.infeasible).push_back(std::move(e));
@@ -674,7 +677,7 @@ SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profil
   // nearest misses.
   auto family = [](const Plan& p) {
     return StrategyName(p.strategy) + std::to_string(p.shard_group_size) + OffloadName(p.offload) +
-           OffloadTierName(p.offload_to) + (p.replicate_edges ? "+edges" : "");
+           OffloadTierName(p.offload_to) + (p.replicate_edges ? "+edges" : "") + (p.delayed_update ? "+delayed" : "");
   };
   std::map<std::string, bool> seen;
   seen[family(result.best.plan)] = true;

@@ -49,6 +49,10 @@ struct SearchRequest {
   // plan whose host memory alone does not fit, when the profile has disk
   // rates. kNvme: only plans that offload the optimizer, all to NVMe.
   std::optional<OffloadTier> offload_to;
+  // Allow the delayed parameter update (Plan::delayed_update) on every plan
+  // that can take it (offload optimizer to the host, grad_accum 1). Off: it
+  // changes the numerics, so only the user turns it on.
+  bool delayed_update = false;
 
   OptimizerConfig optimizer;
   int prefetch_depth = 1;

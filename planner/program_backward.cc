@@ -80,6 +80,7 @@ void ProgramBuilder::Backward(int mb) {
     previous = bwd;
     if (gathered >= 0) Release(u, mb, bwd, true);
     ReduceGradients(u, mb, bwd, last_mb);
+    if (plan_.delayed_update) DelayedUpdateOnHost(u, bwd);
   }
 }
 
@@ -93,7 +94,9 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
     op.unit = u;
     op.micro_batch = mb;
     op.name = OpName("reduce-local", u, mb);
-    op.deps = {bwd};
+    // Delayed update: the first write of the fp32 gradient waits for the
+    // previous step's to be down (it is read by this step's host update).
+    op.deps = {bwd, plan_.delayed_update && mb == 0 ? grad_down_[u] : -1};
     // Read the compute-dtype gradient, read and write the fp32 one — except
     // the step's first contribution, which only writes it
     // (FlatUnit::AccumulateIntoGrad).
@@ -136,7 +139,7 @@ void ProgramBuilder::AccumulateThrough(int rs_id) {
     op.unit = s.unit;
     op.micro_batch = s.mb;
     op.name = OpName("accumulate", s.unit, s.mb);
-    op.deps = {s.rs};
+    op.deps = {s.rs, plan_.delayed_update && s.mb == 0 ? grad_down_[s.unit] : -1};  // as in ReduceGradients
     // Read the reduced shard, read and write the fp32 gradient shard (only
     // write it for the step's first micro-batch).
     op.work.elementwise_bytes = Padded(s.unit) / G(s.unit) * (ReduceBytes() + (s.mb == 0 ? 4 : 8));

@@ -114,6 +114,12 @@ class ProgramBuilder {
   // shard back up: the first forward waits for it (sets update_ready_[u]).
   // Unit 0's call first brings the first slots' gradients down.
   void UpdateOnHost(int u);
+  // Delayed update (Plan::delayed_update): the previous step's update of
+  // unit u on the host right after this step's backward `bwd` of u, and its
+  // parameters up once that backward is done with the old ones. Units go in
+  // backward order, so the slots cycle with the backward; the first slots'
+  // gradients come down at the step's start (Forward(0)).
+  void DelayedUpdateOnHost(int u, int bwd);
 
   // --- shared helpers ---
   int G() const { return plan_.shard_group_size; }
@@ -179,7 +185,8 @@ class ProgramBuilder {
   std::vector<int> last_release_of_unit_;
   std::vector<int> last_forward_, gather_fwd_;
   std::vector<int> grad_final_;  // per unit: the op after which its fp32 gradient is final
-  std::vector<int> update_ready_;  // per unit: the op its first forward's parameters wait for (-1: none)
+  std::vector<int> update_ready_;  // per unit: the op its first forward's parameters wait for (-1: none);
+                                   // delayed update: its parameters' copy up (the slot it frees)
   std::vector<int> grad_down_;     // per unit: its gradient's copy to its host staging slot (offload optimizer)
   // Reduce-scatters in issue order. A backward waits for the reduce-scatter two
   // before it (FSDP2's post-backward waits on the previous one's event), so

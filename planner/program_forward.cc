@@ -125,8 +125,13 @@ void ProgramBuilder::Forward(int mb) {
   const int n = NumUnits();
   // Offloaded optimizer: the previous step's update runs on the host beside
   // the first forward, one unit ahead of it (UpdateOnHost).
-  const bool host_updates = mb == 0 && OffloadsOptimizer(plan_.offload);
+  const bool host_updates = mb == 0 && OffloadsOptimizer(plan_.offload) && !plan_.delayed_update;
   if (host_updates) UpdateOnHost(0);
+  // Delayed update: this step runs on the parameters it finds; the first
+  // units of the backward bring their previous gradients down now, under the
+  // forward (the rest follow as the updates free the slots).
+  if (mb == 0 && plan_.delayed_update)
+    for (int u = n - 1; u >= std::max(0, n - kOffloadStagingSlots); --u) CopyGradientsToHost(u, -1);
   for (int u = 0; u < n; ++u) {
     if (GathersParams(u)) gather_fwd_[u] = Gather(u, mb, false);
     if (host_updates && u + 1 < n) UpdateOnHost(u + 1);

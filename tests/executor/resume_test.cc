@@ -151,6 +151,45 @@ TEST_F(ResumeTest, OffloadedOptimizerResumesBitForBitFromAMidRunCheckpoint) {
   ExpectSameWeights(Path("second/final.safetensors"), Path("straight/final.safetensors"), 0);
 }
 
+// Delayed update: a step applies the previous step's gradients while it
+// computes, and a checkpoint first finishes the pending update, so the step
+// after a checkpoint runs on current parameters — in the run that saved it
+// and in a run resumed from it alike. Saved every 2 steps of 4, resumed from
+// step 2 to 6: every loss and the final parameters equal 6 uninterrupted
+// steps saving at the same steps, bit for bit; and the losses are not those
+// of the undelayed plan (step 2 computes on the initial parameters).
+TEST_F(ResumeTest, DelayedUpdateResumesBitForBitOnTheSameCheckpointSteps) {
+  auto with_clip = [&](const std::string& made, const std::string& name) {
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(made));
+    j["optimizer"]["grad_clip"] = 0.05;
+    std::ofstream(Path(name)) << j.dump(2);
+    return Path(name);
+  };
+  const std::string plan =
+      with_clip(MakePlan(2, "full_shard", 2, "--offload optimizer --delayed-update"), "delayed.plan.json");
+  const std::string undelayed = with_clip(MakePlan(2, "full_shard", 2, "--offload optimizer"), "undelayed.plan.json");
+  EXPECT_TRUE(nlohmann::json::parse(std::ifstream(plan))["delayed_update"].get<bool>());
+  CommandResult straight = Run(plan, 6, "straight", "--ckpt-dir " + Path("ckpt-straight") + " --ckpt-every 2");
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  CommandResult first = Run(plan, 4, "first", "--ckpt-dir " + Path("ckpt") + " --ckpt-every 2");
+  ASSERT_EQ(first.status, 0) << first.output;
+  const std::vector<double> all = Losses(Path("straight"));
+  ASSERT_EQ(all.size(), 6u);
+  EXPECT_EQ(Losses(Path("first")), std::vector<double>(all.begin(), all.begin() + 4));
+  fs::remove_all(Path("ckpt/step-00000004"));
+  CommandResult second = Run(plan, 6, "second", "--ckpt-dir " + Path("ckpt") + " --ckpt-every 2 --resume");
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_NE(second.output.find("(step 2"), std::string::npos) << second.output;
+  EXPECT_EQ(Losses(Path("second"), 3), std::vector<double>(all.begin() + 2, all.end()));
+  ExpectSameWeights(Path("second/final.safetensors"), Path("straight/final.safetensors"), 0);
+  CommandResult plain = Run(undelayed, 2, "undelayed");
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  const std::vector<double> undelayed_losses = Losses(Path("undelayed"));
+  ASSERT_EQ(undelayed_losses.size(), 2u);
+  EXPECT_EQ(undelayed_losses[0], all[0]);  // both start on the same parameters
+  EXPECT_NE(undelayed_losses[1], all[1]);  // the delayed step 2 has not applied step 1's update
+}
+
 // Saved by 2 full_shard ranks; loaded by 1 rank (no_shard) and by 3 ranks
 // (shard_grad_op, shards padded differently): each continues to the same
 // parameters as the uninterrupted 2-rank run, up to the float rounding of a

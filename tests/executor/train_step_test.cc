@@ -116,13 +116,21 @@ TEST(TrainStepTest, ExecutesExactlyTheProgramInItsOrder) {
   params_offloaded.offload = Offload::kParams;
   Plan all_offloaded = sharded_on_one;
   all_offloaded.offload = Offload::kOptimizerAndParams;
-  for (const Plan& plan : {plain, checkpointed, sharded_on_one, offloaded, params_offloaded, all_offloaded}) {
+  Plan delayed = TestPlan("tiny-qwen2", 4, 1, 16);
+  delayed.offload = Offload::kOptimizer;
+  delayed.delayed_update = true;
+  for (const Plan& plan : {plain, checkpointed, sharded_on_one, offloaded, params_offloaded, all_offloaded, delayed}) {
     SCOPED_TRACE(StrategyName(plan.strategy) + " ckpt " + FormatLayerList(plan.checkpoint_layers) + " offload " +
                  OffloadName(plan.offload));
     Rig rig(plan);
-    at::Tensor t = testing::RandomTokens(4, 16, plan.model.vocab, 77);
-    StepResult r = rig.step.Run({t.narrow(0, 0, 2), t.narrow(0, 2, 2)});
-    ExpectExecutionFollowsProgram(rig.step.program(), r);
+    // Two steps: an offloaded optimizer's update runs in the second.
+    for (int step = 0; step < 2; ++step) {
+      at::Tensor t = testing::RandomTokens(4, 16, plan.model.vocab, 77 + step);
+      std::vector<at::Tensor> mbs = {t};
+      if (plan.grad_accum == 2) mbs = {t.narrow(0, 0, 2), t.narrow(0, 2, 2)};
+      StepResult r = rig.step.Run(mbs);
+      ExpectExecutionFollowsProgram(rig.step.program(), r);
+    }
   }
 }
 
@@ -195,6 +203,85 @@ TEST(TrainStepTest, OffloadedOptimizerEqualsDeviceOptimizer) {
     }
     const double diff = (a.AllMasters() - b.AllMasters()).abs().max().item<double>();
     EXPECT_LT(diff, 5e-6) << StrategyName(strategy);  // 0.2% of lr: rounding carried through 3 steps
+  }
+}
+
+// AdamW as torch.optim writes it, on whole tensors, for the delayed-update
+// reference below: an independent implementation of what CpuAdamW computes.
+struct ReferenceAdamW {
+  at::Tensor p, m, v;
+  int64_t t = 0;
+  void Step(const at::Tensor& grad, double grad_scale, double lr, const OptimizerConfig& c) {
+    ++t;
+    const at::Tensor g = grad * grad_scale;
+    p.mul_(1 - lr * c.weight_decay);
+    m.mul_(c.beta1).add_(g, 1 - c.beta1);
+    v.mul_(c.beta2).addcmul_(g, g, 1 - c.beta2);
+    const double bias1 = 1 - std::pow(c.beta1, static_cast<double>(t));
+    const double bias2_sqrt = std::sqrt(1 - std::pow(c.beta2, static_cast<double>(t)));
+    p.add_(m / (v.sqrt() / bias2_sqrt + c.eps), -lr / bias1);
+  }
+};
+
+TEST(TrainStepTest, DelayedUpdateAppliesEachGradientOneStepLate) {
+  // Delayed parameter update: step k computes at the parameters of step
+  // k - 2's update while the host applies step k - 1's gradient. Held
+  // against (1) fresh rigs computing the same gradients at those parameters
+  // and (2) a whole-tensor AdamW applying them one step late, with every
+  // step clipping (the factor travels with the pending update).
+  for (ShardingStrategy strategy : {ShardingStrategy::kNoShard, ShardingStrategy::kFullShard}) {
+    SCOPED_TRACE(StrategyName(strategy));
+    Plan plain = TestPlan("tiny-qwen2", 4, 1, 16);
+    plain.strategy = strategy;
+    plain.optimizer.grad_clip = 0.05;
+    NormaliseGrouping(plain);
+    Plan delayed = plain;
+    delayed.offload = Offload::kOptimizer;
+    delayed.delayed_update = true;
+    delayed.Validate();
+    Rig d(delayed);
+    ReferenceAdamW ref;
+    ref.p = d.AllMasters().clone();
+    ref.m = at::zeros_like(ref.p);
+    ref.v = at::zeros_like(ref.p);
+    std::vector<at::Tensor> batches;
+    for (int k = 0; k < 4; ++k) batches.push_back(testing::RandomTokens(4, 16, plain.model.vocab, 900 + k));
+    // Step 0 and step 1 both compute at p0 (nothing applied before step 1's
+    // backward): the same losses and gradients as a fresh rig's first step.
+    for (int k = 0; k < 2; ++k) {
+      Rig fresh(plain);
+      StepResult expected = fresh.step.Run({batches[k]});
+      StepResult got = d.step.Run({batches[k]});
+      EXPECT_NEAR(got.loss, expected.loss, 1e-6 * expected.loss) << "step " << k;
+      EXPECT_NEAR(got.grad_norm, expected.grad_norm, 1e-5 * expected.grad_norm) << "step " << k;
+      EXPECT_GT(got.grad_norm, plain.optimizer.grad_clip) << "step " << k << " did not clip";
+      // The plain rig's gradients are clipped in place, the offloaded ones not.
+      const double scale = plain.optimizer.grad_clip / (expected.grad_norm + 1e-6);
+      EXPECT_TRUE(at::allclose(d.AllGrads() * scale, fresh.AllGrads(), 1e-4, 1e-7)) << "step " << k;
+      ref.Step(d.AllGrads(), scale, got.lr, plain.optimizer);
+    }
+    // Steps 2 and 3 compute at the reference after 1 and 2 updates; the
+    // update applied during step 3 is step 2's gradient.
+    // Step 2 computes at p1 = step 0's update alone: as an undelayed run
+    // does its step after step 0.
+    Plan undelayed = delayed;
+    undelayed.delayed_update = false;
+    Rig e(undelayed);
+    e.step.Run({batches[0]});
+    const StepResult at_p1 = e.step.Run({batches[2]});
+    for (int k = 2; k < 4; ++k) {
+      StepResult got = d.step.Run({batches[k]});
+      if (k == 2) EXPECT_NEAR(got.loss, at_p1.loss, 1e-6 * at_p1.loss);
+      EXPECT_GT(got.grad_norm, plain.optimizer.grad_clip) << "step " << k << " did not clip";
+      ref.Step(d.AllGrads(), plain.optimizer.grad_clip / (got.grad_norm + 1e-6), got.lr, plain.optimizer);
+    }
+    // After the pending update: four updates, each gradient taken one update late.
+    const double diff = (d.AllMasters() - ref.p).abs().max().item<double>();
+    EXPECT_LT(diff, 5e-6) << "max |delayed - reference| " << diff;
+    // And not the undelayed trajectory: the same batches without the delay end elsewhere.
+    Rig u(undelayed);
+    for (const auto& b : batches) u.step.Run({b});
+    EXPECT_GT((u.AllMasters() - ref.p).abs().max().item<double>(), 100 * diff + 1e-6);
   }
 }
 

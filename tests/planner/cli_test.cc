@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -168,6 +169,8 @@ TEST(CliTest, BadCommandLinesExitTwoWithOneLine) {
            m + "--host-memory lots",
            std::string("estimate --model llama3-8b --gpus 1 --gpu h200-sxm --strategy no_shard --offload optimizer "
                        "--micro-batch 1 --host-memory 64"),  // the host, not the GPU, is short
+           m + "--gpus 1 --offload params --delayed-update",
+           m + "--gpus 1 --grad-accum 2 --delayed-update",
            m + "--loss-chunk 0",
            m + "--lr 1e308",
            m + "--no-such-flag",
@@ -176,6 +179,25 @@ TEST(CliTest, BadCommandLinesExitTwoWithOneLine) {
            std::string("estimate --model llama3.1-405b --gpus 1 --gpu l40s-pcie --offload none"),  // fits nowhere
        })
     ExpectBadInput(args, dir);
+}
+
+TEST(CliTest, DelayedUpdateIsOptInAndOnlyWhereItCanRun) {
+  // Without the flag no plan delays its update; with it, the optimizer
+  // offload at one micro-batch per step does, and the report says so.
+  ScratchDir dir;
+  const std::string base = "estimate --model tiny-llama --gpu cpu --gpus 1 --seq 64 --global-batch 4 --offload optimizer ";
+  CliResult off = RunCli(base + "--micro-batch 4 -o " + dir.File("off.json"), dir);
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_FALSE(nlohmann::json::parse(std::ifstream(dir.File("off.json")))["delayed_update"].get<bool>());
+  CliResult on = RunCli(base + "--micro-batch 4 --delayed-update -o " + dir.File("on.json"), dir);
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_TRUE(nlohmann::json::parse(std::ifstream(dir.File("on.json")))["delayed_update"].get<bool>());
+  EXPECT_NE(on.out.find("delayed update (each step's gradients applied during the next)"), std::string::npos)
+      << on.out;
+  // Accumulating plans cannot take it: the flag leaves them undelayed.
+  CliResult accum = RunCli(base + "--micro-batch 2 --delayed-update -o " + dir.File("accum.json"), dir);
+  ASSERT_EQ(accum.exit_code, 0) << accum.err;
+  EXPECT_FALSE(nlohmann::json::parse(std::ifstream(dir.File("accum.json")))["delayed_update"].get<bool>());
 }
 
 TEST(CliTest, ZeroMicroBatchOrGradAccumIsRejected) {

@@ -297,6 +297,95 @@ TEST(StepProgramTest, OffloadOptimizerCopiesDownStepsOnCpuAndCopiesUp) {
   }
 }
 
+// Delayed update: nothing of this step waits for the host update; the
+// previous step's updates run in backward order right after each unit's
+// backward (the host works while the GPU runs the units below), each unit's
+// previous gradient goes down before this step's first reduction overwrites
+// it, and its new parameters go up only after this step's backward of it.
+TEST(StepProgramTest, DelayedUpdateRunsBesideTheBackwardAndWaitsForNothingBeforeIt) {
+  for (ShardingStrategy strategy : {ShardingStrategy::kFullShard, ShardingStrategy::kNoShard}) {
+    SCOPED_TRACE(StrategyName(strategy));
+    Plan plan = TinyPlan(4, strategy, 0, Offload::kOptimizer);
+    plan.grad_accum = 1;
+    plan.delayed_update = true;
+    plan.Validate();
+    StepProgram p = Build(plan);
+    std::map<int, int> cpu, h2d, d2h, backward, first_reduction, forward;
+    std::vector<int> cpu_order;
+    for (const auto& op : p.ops) {
+      switch (op.kind) {
+        case OpKind::kCpuOptimizerStep: cpu[op.unit] = op.id; cpu_order.push_back(op.unit); break;
+        case OpKind::kCopyToDevice: h2d[op.unit] = op.id; break;
+        case OpKind::kCopyToHost: d2h[op.unit] = op.id; break;
+        case OpKind::kBackward: backward[op.unit] = op.id; break;
+        case OpKind::kForward: forward[op.unit] = op.id; break;
+        case OpKind::kLocalReduce:
+        case OpKind::kAccumulateShard: first_reduction.emplace(op.unit, op.id); break;
+        default: break;
+      }
+    }
+    ASSERT_EQ(cpu.size(), static_cast<size_t>(kUnits));
+    ASSERT_EQ(h2d.size(), static_cast<size_t>(kUnits));
+    ASSERT_EQ(d2h.size(), static_cast<size_t>(kUnits));
+    // Backward order: head first, embedding last.
+    for (int k = 0; k < kUnits; ++k) EXPECT_EQ(cpu_order[k], kUnits - 1 - k);
+    // Which ops each op waits for, directly or not.
+    auto waits_for = [&](int op, int target) {
+      std::vector<int> stack = {op};
+      std::set<int> seen;
+      while (!stack.empty()) {
+        const int d = stack.back();
+        stack.pop_back();
+        if (d == target) return true;
+        if (d < target || !seen.insert(d).second) continue;
+        stack.insert(stack.end(), p.ops[d].deps.begin(), p.ops[d].deps.end());
+      }
+      return false;
+    };
+    for (int u = 0; u < kUnits; ++u) {
+      SCOPED_TRACE("unit " + std::to_string(u));
+      // The forward and backward compute on the parameters the step found.
+      for (const auto& [v, update] : cpu) {
+        EXPECT_FALSE(waits_for(forward.at(u), update)) << "forward waits for the update of unit " << v;
+        EXPECT_FALSE(waits_for(backward.at(u), update)) << "backward waits for the update of unit " << v;
+      }
+      EXPECT_GT(cpu.at(u), backward.at(u)) << "issued after the unit's backward";
+      EXPECT_TRUE(waits_for(h2d.at(u), backward.at(u))) << "new parameters up before the old ones were used";
+      EXPECT_TRUE(waits_for(h2d.at(u), cpu.at(u)));
+      EXPECT_TRUE(waits_for(first_reduction.at(u), d2h.at(u))) << "gradient overwritten before it came down";
+      EXPECT_TRUE(waits_for(cpu.at(u), d2h.at(u)));
+      // Slot reuse, two units apart in backward order.
+      if (u + kOffloadStagingSlots < kUnits) {
+        EXPECT_TRUE(waits_for(cpu.at(u), h2d.at(u + kOffloadStagingSlots)));
+        EXPECT_TRUE(waits_for(d2h.at(u), cpu.at(u + kOffloadStagingSlots)));
+      }
+    }
+  }
+}
+
+TEST(StepProgramTest, DelayedUpdateNeedsTheHostOptimizerOffloadAndOneMicroBatch) {
+  Plan plan = TinyPlan(1, ShardingStrategy::kFullShard, 0, Offload::kOptimizer);
+  plan.delayed_update = true;  // TinyPlan accumulates 3
+  auto message = [](const Plan& p) {
+    try {
+      p.Validate();
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message(plan).find("needs one micro-batch per step (grad_accum 3 here)"), std::string::npos) << message(plan);
+  plan.grad_accum = 1;
+  EXPECT_EQ(message(plan), "");
+  plan.offload = Offload::kParams;
+  EXPECT_NE(message(plan).find("use offload optimizer, or drop delayed_update"), std::string::npos) << message(plan);
+  plan.offload = Offload::kOptimizerAndParams;
+  EXPECT_NE(message(plan).find("streams parameters from the host shard"), std::string::npos) << message(plan);
+  plan.offload = Offload::kOptimizer;
+  plan.offload_to = OffloadTier::kNvme;
+  EXPECT_NE(message(plan).find("not supported with offload_to nvme"), std::string::npos) << message(plan);
+}
+
 TEST(StepProgramTest, RecomputeOnlyForCheckpointedLayers) {
   Plan plan = TinyPlan(4, ShardingStrategy::kFullShard);
   plan.checkpoint_layers = {1, 3};

@@ -38,6 +38,7 @@ struct EstimateOptions {
   double lr = -1;
   int64_t warmup = -1, decay = -1, loss_chunk = 1024;
   bool ckpt_async = false;  // the run will pass --ckpt-async: count its host staging
+  bool delayed_update = false;
   bool json = false;
   std::string out;
 };
@@ -107,6 +108,16 @@ void Run(const EstimateOptions& o) {
     if (*req.offload_to == OffloadTier::kNvme && !HasNvmeRates(profile))
       throw UserError("profile " + profile.name + " has no NVMe read/write rates: measure them on the machine with "
                       "`llmplan profile --nvme-dir DIR`, then plan with that profile");
+  }
+  if (o.delayed_update) {
+    if (req.offload && *req.offload != Offload::kOptimizer)
+      throw UserError("--delayed-update applies the offloaded optimizer's update one step late, and --offload " +
+                      OffloadName(*req.offload) + " is not the optimizer offload: give --offload optimizer");
+    if (req.offload_to == OffloadTier::kNvme)
+      throw UserError("--delayed-update is not supported with --offload-to nvme yet: give --offload-to host");
+    if (req.grad_accum && *req.grad_accum != 1)
+      throw UserError("--delayed-update needs one micro-batch per step: give --grad-accum 1 (or leave it free)");
+    req.delayed_update = true;
   }
   if (o.kernels != "fused" && o.kernels != "composite")
     throw UserError("--kernels must be fused or composite (got '" + o.kernels + "')");
@@ -210,6 +221,10 @@ void AddEstimateCommand(CLI::App& app) {
   cmd->add_option("--offload-to", o->offload_to,
                   "Pin where offloaded optimizer state lives: host | nvme (default: host, NVMe where the host is short "
                   "and the profile has disk rates)");
+  cmd->add_flag("--delayed-update", o->delayed_update,
+                "Let plans that offload the optimizer to the host (one micro-batch per step) apply each step's "
+                "gradients during the next step (ZeRO-Offload's delayed parameter update): the CPU AdamW hides "
+                "under the GPU's work, and each step's gradients are taken one update late. Off by default");
   cmd->add_option("--prefetch", o->prefetch, "Units gathered ahead of compute")->capture_default_str();
   cmd->add_option("--kernels", o->kernels,
                   "fused: RMSNorm, RoPE, SwiGLU and the cross-entropy as llmplan's CUDA kernels; composite: "

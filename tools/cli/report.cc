@@ -50,7 +50,8 @@ void PrintEstimate(std::ostream& out, const Estimate& e, const HardwareProfile& 
                                 WithCommas(static_cast<double>(p.TokensPerStep())) + " tokens) per step");
   out << Row("checkpointed blocks", std::to_string(p.checkpoint_layers.size()) + " of " +
                                         std::to_string(p.model.layers) + ": " + FormatLayerList(p.checkpoint_layers));
-  out << Row("offload", OffloadName(p.offload) + (p.OptimizerStateOnNvme() ? ", AdamW state on NVMe" : ""));
+  out << Row("offload", OffloadName(p.offload) + (p.OptimizerStateOnNvme() ? ", AdamW state on NVMe" : "") +
+                           (p.delayed_update ? ", delayed update (each step's gradients applied during the next)" : ""));
   out << Row("prefetch", std::to_string(p.prefetch_depth) + " unit(s) ahead");
 
   const MemoryEstimate& m = e.memory;
