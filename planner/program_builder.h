@@ -110,6 +110,9 @@ class ProgramBuilder {
   // u's final gradient shard of the previous step, copied to its host
   // staging slot once update `slot_free` (-1: none) has read the slot.
   void CopyGradientsToHost(int u, int slot_free);
+  // The host update of unit u's shard (CPU AdamW, its m and v streamed from
+  // NVMe when they live there), priced; its deps are the caller's.
+  StepOp CpuAdamWOp(int u) const;
   // The host update of unit u from its slot, and the updated compute-dtype
   // shard back up: the first forward waits for it (sets update_ready_[u]).
   // Unit 0's call first brings the first slots' gradients down.

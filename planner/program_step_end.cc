@@ -113,6 +113,18 @@ void ProgramBuilder::CopyGradientsToHost(int u, int slot_free) {
   grad_down_[u] = Add(std::move(copy));
 }
 
+StepOp ProgramBuilder::CpuAdamWOp(int u) const {
+  StepOp cpu;
+  cpu.kind = OpKind::kCpuOptimizerStep;
+  cpu.stream = StreamKind::kCpu;
+  cpu.unit = u;
+  cpu.name = OpName("cpu adamw", u);
+  cpu.work.cpu_adam_params = Shard(u);
+  cpu.work.host_sharers = plan_.GpusOnNode();
+  if (plan_.OptimizerStateOnNvme()) cpu.work.nvme_bytes = 8 * Shard(u);
+  return cpu;
+}
+
 void ProgramBuilder::UpdateOnHost(int u) {
   // The previous step's gradients, so the update depends on nothing computed
   // in this step: exact, as if it had run at the end of the previous step.
@@ -125,17 +137,9 @@ void ProgramBuilder::UpdateOnHost(int u) {
   if (u == 0)
     for (int v = 0; v < std::min(slots, n); ++v) CopyGradientsToHost(v, -1);
   const bool copies_up = !OffloadsParams(plan_.offload);
-  const double shard = Shard(u);
-  StepOp cpu;
-  cpu.kind = OpKind::kCpuOptimizerStep;
-  cpu.stream = StreamKind::kCpu;
-  cpu.unit = u;
-  cpu.name = OpName("cpu adamw", u);
+  StepOp cpu = CpuAdamWOp(u);
   // Its gradient is down; the compute-dtype slot it writes has gone up.
   cpu.deps = {grad_down_[u], copies_up && u >= slots ? update_ready_[u - slots] : -1};
-  cpu.work.cpu_adam_params = shard;
-  cpu.work.host_sharers = plan_.GpusOnNode();
-  if (plan_.OptimizerStateOnNvme()) cpu.work.nvme_bytes = 8 * shard;
   update_ready_[u] = Add(std::move(cpu));
   // The gradient slot this update read is free: the next unit's to use it
   // comes down while the host updates unit u + 1.
@@ -143,7 +147,7 @@ void ProgramBuilder::UpdateOnHost(int u) {
   // With the parameters streamed (optimizer+params) the update writes the
   // host copy that the gathers bring up themselves.
   if (!copies_up) return;
-  StepOp back = HostCopy(OpKind::kCopyToDevice, u, "h2d params", ParamBytes() * shard);
+  StepOp back = HostCopy(OpKind::kCopyToDevice, u, "h2d params", ParamBytes() * Shard(u));
   back.deps = {update_ready_[u]};
   update_ready_[u] = Add(std::move(back));
 }
@@ -159,16 +163,10 @@ void ProgramBuilder::DelayedUpdateOnHost(int u, int bwd) {
   // H200 the host's 72 ms per block against the forward's 44 ms exposed
   // 1.41 s of a 7.74 s step (2026-12-02).
   const int n = NumUnits(), slots = kOffloadStagingSlots;
-  StepOp cpu;
-  cpu.kind = OpKind::kCpuOptimizerStep;
-  cpu.stream = StreamKind::kCpu;
-  cpu.unit = u;
-  cpu.name = OpName("cpu adamw", u);
+  StepOp cpu = CpuAdamWOp(u);
   // Its gradient is down; the compute-dtype slot it writes has gone up (the
   // unit `slots` earlier in backward order used it).
   cpu.deps = {grad_down_[u], u + slots < n ? update_ready_[u + slots] : -1};
-  cpu.work.cpu_adam_params = Shard(u);
-  cpu.work.host_sharers = plan_.GpusOnNode();
   const int update = Add(std::move(cpu));
   // The gradient slot it read is free for the unit `slots` further down.
   if (u - slots >= 0) CopyGradientsToHost(u - slots, update);

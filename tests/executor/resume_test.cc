@@ -62,6 +62,13 @@ class ResumeTest : public ::testing::Test {
     EXPECT_EQ(r.status, 0) << r.output;
     return path;
   }
+  // A copy of plan file `made` with the optimizer's grad_clip set to `clip`, as `name`.
+  std::string WithGradClip(const std::string& made, double clip, const std::string& name) const {
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(made));
+    j["optimizer"]["grad_clip"] = clip;
+    std::ofstream(Path(name)) << j.dump(2);
+    return Path(name);
+  }
   // `llmplan run` of `plan` for `steps` (total) into `out`, with `extra` flags.
   CommandResult Run(const std::string& plan, int steps, const std::string& out, const std::string& extra = "") {
     return RunLlmplan("run --cpu --plan " + plan + " --data " + Path("tokens.bin") + " --steps " +
@@ -132,10 +139,7 @@ TEST_F(ResumeTest, ResumedRunEqualsUninterruptedBitForBit) {
 // parameters equal 6 uninterrupted steps bit for bit.
 TEST_F(ResumeTest, OffloadedOptimizerResumesBitForBitFromAMidRunCheckpoint) {
   // A low clip so every step scales its gradients (the scale travels with the pending update).
-  const std::string plan = Path("offload.plan.json");
-  nlohmann::json j = nlohmann::json::parse(std::ifstream(MakePlan(2, "full_shard", 2, "--offload optimizer")));
-  j["optimizer"]["grad_clip"] = 0.05;
-  std::ofstream(plan) << j.dump(2);
+  const std::string plan = WithGradClip(MakePlan(2, "full_shard", 2, "--offload optimizer"), 0.05, "offload.plan.json");
   CommandResult straight = Run(plan, 6, "straight");
   ASSERT_EQ(straight.status, 0) << straight.output;
   CommandResult first = Run(plan, 4, "first", "--ckpt-dir " + Path("ckpt") + " --ckpt-every 2");
@@ -159,15 +163,10 @@ TEST_F(ResumeTest, OffloadedOptimizerResumesBitForBitFromAMidRunCheckpoint) {
 // steps saving at the same steps, bit for bit; and the losses are not those
 // of the undelayed plan (step 2 computes on the initial parameters).
 TEST_F(ResumeTest, DelayedUpdateResumesBitForBitOnTheSameCheckpointSteps) {
-  auto with_clip = [&](const std::string& made, const std::string& name) {
-    nlohmann::json j = nlohmann::json::parse(std::ifstream(made));
-    j["optimizer"]["grad_clip"] = 0.05;
-    std::ofstream(Path(name)) << j.dump(2);
-    return Path(name);
-  };
   const std::string plan =
-      with_clip(MakePlan(2, "full_shard", 2, "--offload optimizer --delayed-update"), "delayed.plan.json");
-  const std::string undelayed = with_clip(MakePlan(2, "full_shard", 2, "--offload optimizer"), "undelayed.plan.json");
+      WithGradClip(MakePlan(2, "full_shard", 2, "--offload optimizer --delayed-update"), 0.05, "delayed.plan.json");
+  const std::string undelayed =
+      WithGradClip(MakePlan(2, "full_shard", 2, "--offload optimizer"), 0.05, "undelayed.plan.json");
   EXPECT_TRUE(nlohmann::json::parse(std::ifstream(plan))["delayed_update"].get<bool>());
   CommandResult straight = Run(plan, 6, "straight", "--ckpt-dir " + Path("ckpt-straight") + " --ckpt-every 2");
   ASSERT_EQ(straight.status, 0) << straight.output;

@@ -42,6 +42,21 @@ Plan TinyPlan(int gpus, ShardingStrategy s, int group = 0, Offload o = Offload::
 
 StepProgram Build(const Plan& p) { return BuildStepProgram(p, Profile("h100-sxm-80g")); }
 
+// Whether op `op` waits for op `target`, directly or through other ops
+// (deps point backwards, so only ids above the target need walking).
+bool WaitsFor(const StepProgram& p, int op, int target) {
+  std::vector<int> stack = {op};
+  std::set<int> seen;
+  while (!stack.empty()) {
+    const int d = stack.back();
+    stack.pop_back();
+    if (d == target) return true;
+    if (d < target || !seen.insert(d).second) continue;
+    stack.insert(stack.end(), p.ops[d].deps.begin(), p.ops[d].deps.end());
+  }
+  return false;
+}
+
 int Count(const StepProgram& prog, OpKind kind, int unit = -2, int mb = -2) {
   int n = 0;
   for (const auto& op : prog.ops)
@@ -282,16 +297,8 @@ TEST(StepProgramTest, OffloadOptimizerCopiesDownStepsOnCpuAndCopiesUp) {
     for (int u = 0; u < kUnits; ++u) {
       if (u + 1 < kUnits) EXPECT_LT(cpu.at(u + 1), first_forward.at(u)) << "unit " << u;
       if (u >= 2) EXPECT_GT(cpu.at(u), first_forward.at(u - 2)) << "unit " << u;
-      const StepOp& use = p.ops[first_forward.at(u)];
-      std::vector<int> stack = use.deps;
-      bool waits = false;
-      while (!stack.empty() && !waits) {
-        const int d = stack.back();
-        stack.pop_back();
-        waits = d == h2d.at(u);
-        if (d > h2d.at(u)) stack.insert(stack.end(), p.ops[d].deps.begin(), p.ops[d].deps.end());
-      }
-      EXPECT_TRUE(waits) << "forward of unit " << u << " does not wait for its h2d params";
+      EXPECT_TRUE(WaitsFor(p, first_forward.at(u), h2d.at(u)))
+          << "forward of unit " << u << " does not wait for its h2d params";
       EXPECT_LT(d2h.at(u), clip);
     }
   }
@@ -329,19 +336,7 @@ TEST(StepProgramTest, DelayedUpdateRunsBesideTheBackwardAndWaitsForNothingBefore
     ASSERT_EQ(d2h.size(), static_cast<size_t>(kUnits));
     // Backward order: head first, embedding last.
     for (int k = 0; k < kUnits; ++k) EXPECT_EQ(cpu_order[k], kUnits - 1 - k);
-    // Which ops each op waits for, directly or not.
-    auto waits_for = [&](int op, int target) {
-      std::vector<int> stack = {op};
-      std::set<int> seen;
-      while (!stack.empty()) {
-        const int d = stack.back();
-        stack.pop_back();
-        if (d == target) return true;
-        if (d < target || !seen.insert(d).second) continue;
-        stack.insert(stack.end(), p.ops[d].deps.begin(), p.ops[d].deps.end());
-      }
-      return false;
-    };
+    auto waits_for = [&](int op, int target) { return WaitsFor(p, op, target); };
     for (int u = 0; u < kUnits; ++u) {
       SCOPED_TRACE("unit " + std::to_string(u));
       // The forward and backward compute on the parameters the step found.
