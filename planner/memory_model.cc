@@ -155,6 +155,7 @@ int Rope(const Sizes& z, double bytes, int x, MemoryScript& s) {
 // until the function returns.
 struct BlockLocals {
   std::vector<int> locals;  // freed at return (reverse order), unless saved
+  std::vector<int> statement_temps;  // fused, no graph: the return statement's temporaries
   int h = -1, mlp = -1;
 };
 
@@ -163,11 +164,22 @@ BlockLocals BlockBody(const ActivationShape& a, const Sizes& z, bool keep_graph,
   BlockLocals b;
   // Attention.
   const int hn = RmsNorm(z, keep_graph, s, saved);
-  int q = s.Alloc(kTemp, z.Q);
-  int k = s.Alloc(kTemp, z.KV);
-  const int v = s.Alloc(keep_graph ? kSaved : kTemp, z.KV);
-  q = Rope(z, z.Q, q, s);
-  k = Rope(z, z.KV, k, s);
+  int q = -1, k = -1, v = -1;
+  if (z.fused) {
+    // QkvRope(PackedLinear(hn, {q, k, v})): the packed projection, q and k
+    // rotated and v copied out of it; it dies at the statement's end.
+    const int packed = s.Alloc(kTemp, z.Q + 2 * z.KV);
+    q = s.Alloc(kSaved, z.Q);
+    k = s.Alloc(kSaved, z.KV);
+    v = s.Alloc(keep_graph ? kSaved : kTemp, z.KV);
+    s.Free(packed);
+  } else {
+    q = s.Alloc(kTemp, z.Q);
+    k = s.Alloc(kTemp, z.KV);
+    v = s.Alloc(keep_graph ? kSaved : kTemp, z.KV);
+    q = Rope(z, z.Q, q, s);
+    k = Rope(z, z.KV, k, s);
+  }
   std::vector<int> attention_locals;
   int attn = -1;
   if (a.fused_attention) {
@@ -206,29 +218,44 @@ BlockLocals BlockBody(const ActivationShape& a, const Sizes& z, bool keep_graph,
       s.FreeAll(attention_locals);
     }
   }
-  // at::Tensor h = x + at::linear(attn, p[b.o]);
-  const int o = s.Alloc(kTemp, z.H);
-  b.h = s.Alloc(kTemp, z.H);
-  s.Free(o);
+  if (z.fused) {
+    b.h = s.Alloc(kTemp, z.H);  // AddProjection(x, attn, o): the GEMM writes x + attn o^T
+  } else {
+    // at::Tensor h = x + at::linear(attn, p[b.o]);
+    const int o = s.Alloc(kTemp, z.H);
+    b.h = s.Alloc(kTemp, z.H);
+    s.Free(o);
+  }
   if (z.fused && keep_graph) {
     // The fused post-attention norm saves its input h for its backward.
     saved.push_back(b.h);
     b.h = -1;
   }
-  // SwiGLU MLP: at::linear(SwiGlu(at::linear(mn, gate), at::linear(mn, up)), down). Every
-  // intermediate lives to the end of the statement, and autograd keeps them: up, gate, then
-  // silu(gate) in the composite form (the fused kernel recomputes it), then the product.
+  // SwiGLU MLP. Every intermediate lives to the end of its statement, and
+  // autograd keeps them. Composite: at::linear(SwiGlu(at::linear(mn, gate),
+  // at::linear(mn, up)), down): up, gate, silu(gate), the product, then the
+  // projection, all before the residual add. Fused: AddProjection(h,
+  // SwiGluPacked(PackedLinear(mn, {gate, up})), down): the packed gate/up and
+  // the product, in the statement that makes the block's output (the
+  // caller's: BlockForward).
   const int mn = RmsNorm(z, keep_graph, s, saved);
-  std::vector<int> mlp_temps = {s.Alloc(kSaved, z.I), s.Alloc(kSaved, z.I)};  // up, gate
-  if (!z.fused) mlp_temps.push_back(s.Alloc(kSaved, z.I));                   // silu
-  mlp_temps.push_back(s.Alloc(kSaved, z.I));                                 // product
-  b.mlp = s.Alloc(kTemp, z.H);
+  std::vector<int> mlp_temps;
+  if (z.fused) {
+    mlp_temps = {s.Alloc(kSaved, 2 * z.I), s.Alloc(kSaved, z.I)};  // gate/up, product
+  } else {
+    mlp_temps = {s.Alloc(kSaved, z.I), s.Alloc(kSaved, z.I), s.Alloc(kSaved, z.I), s.Alloc(kSaved, z.I)};
+    b.mlp = s.Alloc(kTemp, z.H);
+  }
   if (keep_graph) {
     // The down projection's input (the product) last: its backward runs first.
     for (int id : {hn, q, k, v, attn, mn}) saved.push_back(id);
     for (int id : mlp_temps) saved.push_back(id);
   } else {
-    s.FreeAll(mlp_temps);
+    if (z.fused) {
+      b.statement_temps = std::move(mlp_temps);
+    } else {
+      s.FreeAll(mlp_temps);
+    }
     b.locals = {hn, q, k, v, attn, mn};
   }
   return b;
@@ -247,8 +274,9 @@ SavedTensors BlockForward(const ActivationShape& a, bool keep_graph, MemoryScrip
   SavedTensors out;
   out.saved.reserve(24);  // 17 with fused attention, 21 with the plain one
   BlockLocals b = BlockBody(a, z, keep_graph, s, out.saved);
-  out.output = s.Alloc(kSaved, z.H);  // return h + mlp;
-  s.Free(b.mlp);                      // then the locals die: mlp, ..., h
+  out.output = s.Alloc(kSaved, z.H);  // return h + mlp;  (fused: AddProjection(h, ...))
+  s.FreeAll(b.statement_temps);
+  s.Free(b.mlp);  // then the locals die: mlp, ..., h
   s.FreeAll(b.locals);
   s.Free(b.h);
   return out;
@@ -304,16 +332,21 @@ int BlockBackward(const ActivationShape& a, const SavedTensors& forward, int flo
   // The highest point is the MLP's backward, when every other saved tensor is
   // still held: the down projection's input gradient replaces its saved input,
   // then the product's two input gradients (measured on H200: +2 x [tokens, inter]).
+  // The fused form's SwiGLU writes its two input gradients as one packed
+  // tensor (the packed gate/up projection's gradient).
   std::vector<int> saved = forward.saved;
   const int grad_product = s.Alloc(kTemp, z.I);
   s.Free(saved.back());  // the down projection's input, released once its node has run
   saved.pop_back();
-  const int grad_silu = s.Alloc(kTemp, z.I);
-  const int grad_up = s.Alloc(kTemp, z.I);
+  std::vector<int> grad_pair;  // of gate and up
+  if (z.fused) {
+    grad_pair = {s.Alloc(kTemp, 2 * z.I)};
+  } else {
+    grad_pair = {s.Alloc(kTemp, z.I), s.Alloc(kTemp, z.I)};
+  }
   s.Free(grad_product);
   s.FreeAll(saved);
-  s.Free(grad_up);
-  s.Free(grad_silu);
+  s.FreeAll(grad_pair);
   const int sent = s.Alloc(kSaved, z.H);  // the input's gradient, for the unit below
   s.Free(flowing);                        // grad_flowing_[mb] replaced
   s.Free(forward.output);                 // activations_.erase: the output's last reference

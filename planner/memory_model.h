@@ -4,7 +4,7 @@
 //
 // It mirrors the code that runs: executor/model/llama_model.cc (a block's
 // RMSNorms, projections, RoPE, attention, SwiGLU, as LibTorch autograd saves
-// their tensors), loss/chunked_cross_entropy.cc (logits a chunk at a time, the
+// their tensors; on a GPU the fused form's packed projections and kernels), loss/chunked_cross_entropy.cc (logits a chunk at a time, the
 // gradient computed in the forward), step_interpreter.cc (units run one by
 // one on detached inputs, gradients cast for the reduce-scatter) and
 // flat_unit.cc (flat buffers gathered and released). C++ temporaries live to

@@ -77,11 +77,20 @@ OpWork BlockForwardWork(const ActivationShape& a) {
   // Most FLOPs sit in the q/o and MLP GEMMs, whose smallest side is h or t.
   w.gemm_min_dim = std::min(t, h);
   w.attention_flops = 2 * a.batch * a.seq * a.seq * q;  // QK^T and PV, causal half
-  // Two RMSNorms, RoPE on q and k, two residual adds (3H each), SwiGLU.
-  w.elementwise_bytes = t * (2 * RmsNormBytes(z) + RopeBytes(z, z.Q) + RopeBytes(z, z.KV) + 6 * z.H + SwiGluBytes(z));
-  // 7 GEMMs, the norms, RoPE on q and k, attention, 2 adds, SwiGLU; 2 more
-  // small kernels of LibTorch's composite form.
-  w.launches = 7 + 2 * RmsNormLaunches(z) + 2 * RopeLaunches(z) + 1 + 2 + SwiGluLaunches(z) + (z.fused ? 0 : 1);
+  // Two RMSNorms, RoPE on q and k, two residual adds, SwiGLU. Composite:
+  // each add reads two and writes one (3H). Fused: the o and down GEMMs add
+  // the residual in their epilogue (read it: H), and v is copied out of the
+  // packed q/k/v projection (read and write).
+  const double residual_adds = z.fused ? 2 * z.H : 6 * z.H;
+  const double v_copy = z.fused ? 2 * z.KV : 0;
+  w.elementwise_bytes =
+      t * (2 * RmsNormBytes(z) + RopeBytes(z, z.Q) + RopeBytes(z, z.KV) + v_copy + residual_adds + SwiGluBytes(z));
+  // Composite: 7 GEMMs, the norms, RoPE on q and k, attention, 2 adds,
+  // SwiGLU, and 1 more small kernel. Fused: 4 GEMMs (q/k/v and gate/up
+  // packed, the adds in o's and down's), the norms, RoPE on q and k, v's copy,
+  // attention, SwiGLU.
+  w.launches = z.fused ? 4 + 2 * RmsNormLaunches(z) + 2 * RopeLaunches(z) + 1 + 1 + SwiGluLaunches(z)
+                       : 7 + 2 * RmsNormLaunches(z) + 2 * RopeLaunches(z) + 1 + 2 + SwiGluLaunches(z) + 1;
   return w;
 }
 
@@ -91,16 +100,20 @@ OpWork BlockBackwardWork(const ActivationShape& a, double block_params) {
   w.gemm_flops *= 2;              // dX and dW
   w.attention_flops *= 2.5;       // flash backward: five matmuls to forward's two
   w.attention_backward = true;
-  // The gradients of tensors used twice are summed (hn by q/k/v, mn by
-  // gate/up, the residual stream twice: ~4 x 3H), and every weight gradient
-  // is added into the flat gradient (read both, write one).
-  const double sums = a.tokens * 12 * z.H + 3 * z.c * block_params;
+  // The gradients of tensors used twice are summed (composite: hn by q/k/v,
+  // mn by gate/up, the residual stream twice, ~4 x 3H; fused: the packed
+  // projections give hn's and mn's gradient in one GEMM each, leaving the
+  // residual stream's two, 2 x 3H), and every weight gradient is added into
+  // the flat gradient (read both, write one).
+  const double sums = a.tokens * (z.fused ? 6 : 12) * z.H + 3 * z.c * block_params;
   if (z.fused) {
     // Each fused kernel's backward, as block_kernels.h states: the norms,
-    // RoPE (read and write), SwiGLU (read 3, write 2).
-    w.elementwise_bytes = a.tokens * (2 * RmsNormBackwardBytes(z) + 2 * (z.Q + z.KV) + 5 * z.I) + sums;
-    // 14 GEMMs, the norms, RoPE, SwiGLU, attention, and 9 adds and copies.
-    w.launches = 14 + 2 * RmsNormBackwardLaunches(z) + 2 + 1 + 1 + 9;
+    // RoPE into the packed gradient (read and write) and v's gradient copied
+    // beside it, SwiGLU (read 3, write 2).
+    w.elementwise_bytes = a.tokens * (2 * RmsNormBackwardBytes(z) + 2 * (z.Q + 2 * z.KV) + 5 * z.I) + sums;
+    // 8 GEMMs, the norms, RoPE, v's copy, SwiGLU, attention, 9 weight
+    // gradients added and the 2 residual sums.
+    w.launches = 8 + 2 * RmsNormBackwardLaunches(z) + 2 + 1 + 1 + 1 + 9 + 2;
     return w;
   }
   // Each composite kernel's backward reads its output gradient and saved

@@ -5,7 +5,8 @@
 //
 // Like planner/memory_model.h it follows the executor's code: on a GPU the
 // fused RMSNorm, RoPE and SwiGLU kernels (executor/model/block_kernels.h), one
-// pass each; on a CPU LibTorch's composite form (RMSNorm in fp32 with separate
+// pass each, with q/k/v and gate/up as one GEMM each and the residual adds in
+// the o and down GEMMs' epilogue (executor/model/llama_model.cc); on a CPU LibTorch's composite form (RMSNorm in fp32 with separate
 // casts, RoPE as multiply / rotate / multiply / add, SwiGLU as silu and a
 // product); on both the chunked cross-entropy that computes its gradients in the forward (so the
 // head's forward does three vocabulary-sized GEMMs and its backward only

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 
@@ -196,11 +198,14 @@ void RmsNormBackward(const void* grad_out, const void* x, const void* weight, co
 // ---------------------------------------------------------------------------
 // RoPE. One thread per (token, head, vector of the first half): it loads the
 // matching vector of the second half too, since rotate_half pairs element j
-// with element j + head_dim / 2.
+// with element j + head_dim / 2. Tokens lie `in_stride` / `out_stride`
+// elements apart, so q and k are rotated straight out of (and their
+// gradients written straight into) the rows of a packed q/k/v projection.
 
 template <typename T, bool kBackward>
 __global__ void RopeKernel(const T* __restrict__ in, const T* __restrict__ cos, const T* __restrict__ sin,
-                           T* __restrict__ out, int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim) {
+                           T* __restrict__ out, int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim,
+                           int64_t in_stride, int64_t out_stride) {
   constexpr int kN = Vec<T>::kN;
   const int64_t half = head_dim / 2;
   const int64_t chunks = half / kN;
@@ -209,11 +214,13 @@ __global__ void RopeKernel(const T* __restrict__ in, const T* __restrict__ cos, 
        i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
     const int64_t chunk = i % chunks;
     const int64_t token_head = i / chunks;
-    const int64_t pos = (token_head / heads) % seq;
-    const int64_t base = token_head * head_dim + chunk * kN;
+    const int64_t token = token_head / heads, head = token_head % heads;
+    const int64_t pos = token % seq;
+    const int64_t within = head * head_dim + chunk * kN;
+    const int64_t src = token * in_stride + within, dst = token * out_stride + within;
     const int64_t table = pos * head_dim + chunk * kN;
-    const Vec<T> a = *reinterpret_cast<const Vec<T>*>(in + base);
-    const Vec<T> b = *reinterpret_cast<const Vec<T>*>(in + base + half);
+    const Vec<T> a = *reinterpret_cast<const Vec<T>*>(in + src);
+    const Vec<T> b = *reinterpret_cast<const Vec<T>*>(in + src + half);
     const Vec<T> c1 = *reinterpret_cast<const Vec<T>*>(cos + table);
     const Vec<T> c2 = *reinterpret_cast<const Vec<T>*>(cos + table + half);
     const Vec<T> s1 = *reinterpret_cast<const Vec<T>*>(sin + table);
@@ -233,25 +240,27 @@ __global__ void RopeKernel(const T* __restrict__ in, const T* __restrict__ cos, 
         o2.v[j] = FromFloat<T>(Round<T>(x2 * ToFloat(c2.v[j])) + Round<T>(x1 * ToFloat(s2.v[j])));
       }
     }
-    *reinterpret_cast<Vec<T>*>(out + base) = o1;
-    *reinterpret_cast<Vec<T>*>(out + base + half) = o2;
+    *reinterpret_cast<Vec<T>*>(out + dst) = o1;
+    *reinterpret_cast<Vec<T>*>(out + dst + half) = o2;
   }
 }
 
 template <typename T, bool kBackward>
 void Rope(const void* in, const void* cos, const void* sin, void* out, int64_t tokens, int64_t seq, int64_t heads,
-          int64_t head_dim, cudaStream_t stream) {
+          int64_t head_dim, int64_t in_stride, int64_t out_stride, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const int64_t work = tokens * heads * (head_dim / 2 / Vec<T>::kN);
   const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((work + kThreads - 1) / kThreads, 132 * 16)));
   RopeKernel<T, kBackward><<<blocks, kThreads, 0, stream>>>(static_cast<const T*>(in), static_cast<const T*>(cos),
                                                           static_cast<const T*>(sin), static_cast<T*>(out), tokens,
-                                                          seq, heads, head_dim);
+                                                          seq, heads, head_dim, in_stride, out_stride);
 }
 
 // ---------------------------------------------------------------------------
-// SwiGLU. Grid-stride over 16-byte vectors when every pointer allows it, a
-// scalar loop otherwise (and for the tail).
+// SwiGLU. Element (r, c) of gate and up sits at r * pair_stride + c (the two
+// halves of a packed gate/up row, or two contiguous tensors), of out and the
+// incoming gradient at r * cols + c. Grid-stride over 16-byte vectors when
+// every pointer and both row lengths allow it, over elements otherwise.
 
 template <typename T>
 __device__ __forceinline__ void SwiGluForward1(T gate, T up, T* out) {
@@ -271,47 +280,58 @@ __device__ __forceinline__ void SwiGluBackward1(T grad, T gate, T up, T* grad_ga
   *grad_gate = FromFloat<T>(dsilu * sig * (1.f + g * (1.f - sig)));
 }
 
+// Offsets of item i (a vector when kVector, an element otherwise) of `row`
+// items per row: in the gate/up pair rows and in the contiguous rows.
+struct PairIndex {
+  int64_t pair, flat;
+};
+__device__ __forceinline__ PairIndex Locate(int64_t i, int64_t row, int64_t pair_row) {
+  return {i / row * pair_row + i % row, i};
+}
+
 template <typename T, bool kVector>
 __global__ void SwiGluForwardKernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ out,
-                                    int64_t n) {
-  constexpr int kN = Vec<T>::kN;
+                                    int64_t rows, int64_t cols, int64_t pair_stride) {
+  constexpr int kW = kVector ? Vec<T>::kN : 1;
+  using Item = std::conditional_t<kVector, Vec<T>, T>;
+  const int64_t row = cols / kW, pair_row = pair_stride / kW, total = rows * row;
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t scalar_begin = 0;
-  if constexpr (kVector) {
-    for (int64_t i = first; i < n / kN; i += stride) {
-      const Vec<T> g = reinterpret_cast<const Vec<T>*>(gate)[i], u = reinterpret_cast<const Vec<T>*>(up)[i];
-      Vec<T> o;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const PairIndex at = Locate(i, row, pair_row);
+    const Item g = reinterpret_cast<const Item*>(gate)[at.pair], u = reinterpret_cast<const Item*>(up)[at.pair];
+    Item o;
+    if constexpr (kVector) {
 #pragma unroll
-      for (int j = 0; j < kN; ++j) SwiGluForward1(g.v[j], u.v[j], &o.v[j]);
-      reinterpret_cast<Vec<T>*>(out)[i] = o;
+      for (int j = 0; j < kW; ++j) SwiGluForward1(g.v[j], u.v[j], &o.v[j]);
+    } else {
+      SwiGluForward1(g, u, &o);
     }
-    scalar_begin = n / kN * kN;
+    reinterpret_cast<Item*>(out)[at.flat] = o;
   }
-  for (int64_t i = scalar_begin + first; i < n; i += stride) SwiGluForward1(gate[i], up[i], &out[i]);
 }
 
 template <typename T, bool kVector>
 __global__ void SwiGluBackwardKernel(const T* __restrict__ grad, const T* __restrict__ gate, const T* __restrict__ up,
-                                     T* __restrict__ grad_gate, T* __restrict__ grad_up, int64_t n) {
-  constexpr int kN = Vec<T>::kN;
+                                     T* __restrict__ grad_gate, T* __restrict__ grad_up, int64_t rows, int64_t cols,
+                                     int64_t pair_stride) {
+  constexpr int kW = kVector ? Vec<T>::kN : 1;
+  using Item = std::conditional_t<kVector, Vec<T>, T>;
+  const int64_t row = cols / kW, pair_row = pair_stride / kW, total = rows * row;
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t scalar_begin = 0;
-  if constexpr (kVector) {
-    for (int64_t i = first; i < n / kN; i += stride) {
-      const Vec<T> d = reinterpret_cast<const Vec<T>*>(grad)[i];
-      const Vec<T> g = reinterpret_cast<const Vec<T>*>(gate)[i], u = reinterpret_cast<const Vec<T>*>(up)[i];
-      Vec<T> dg, du;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const PairIndex at = Locate(i, row, pair_row);
+    const Item d = reinterpret_cast<const Item*>(grad)[at.flat];
+    const Item g = reinterpret_cast<const Item*>(gate)[at.pair], u = reinterpret_cast<const Item*>(up)[at.pair];
+    Item dg, du;
+    if constexpr (kVector) {
 #pragma unroll
-      for (int j = 0; j < kN; ++j) SwiGluBackward1(d.v[j], g.v[j], u.v[j], &dg.v[j], &du.v[j]);
-      reinterpret_cast<Vec<T>*>(grad_gate)[i] = dg;
-      reinterpret_cast<Vec<T>*>(grad_up)[i] = du;
+      for (int j = 0; j < kW; ++j) SwiGluBackward1(d.v[j], g.v[j], u.v[j], &dg.v[j], &du.v[j]);
+    } else {
+      SwiGluBackward1(d, g, u, &dg, &du);
     }
-    scalar_begin = n / kN * kN;
+    reinterpret_cast<Item*>(grad_gate)[at.pair] = dg;
+    reinterpret_cast<Item*>(grad_up)[at.pair] = du;
   }
-  for (int64_t i = scalar_begin + first; i < n; i += stride)
-    SwiGluBackward1(grad[i], gate[i], up[i], &grad_gate[i], &grad_up[i]);
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
@@ -321,30 +341,44 @@ int ElementwiseBlocks(int64_t work) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((work + kThreads - 1) / kThreads, 132 * 16)));
 }
 
+// Whether a SwiGLU over these buffers can move whole 16-byte vectors.
 template <typename T>
-void SwiGluForward(const void* gate, const void* up, void* out, int64_t n, cudaStream_t stream) {
+bool SwiGluVectors(std::initializer_list<const void*> buffers, int64_t cols, int64_t pair_stride) {
+  constexpr int64_t kN = Vec<T>::kN;
+  if (cols % kN != 0 || pair_stride % kN != 0) return false;
+  for (const void* p : buffers)
+    if (!Aligned16(p)) return false;
+  return true;
+}
+
+template <typename T>
+void SwiGluForward(const void* gate, const void* up, void* out, int64_t rows, int64_t cols, int64_t pair_stride,
+                   cudaStream_t stream) {
   const auto* g = static_cast<const T*>(gate);
   const auto* u = static_cast<const T*>(up);
   auto* o = static_cast<T*>(out);
-  if (Aligned16(gate) && Aligned16(up) && Aligned16(out)) {
-    SwiGluForwardKernel<T, true><<<ElementwiseBlocks(n / Vec<T>::kN + 1), 256, 0, stream>>>(g, u, o, n);
+  if (SwiGluVectors<T>({gate, up, out}, cols, pair_stride)) {
+    SwiGluForwardKernel<T, true><<<ElementwiseBlocks(rows * cols / Vec<T>::kN), 256, 0, stream>>>(g, u, o, rows, cols,
+                                                                                                 pair_stride);
   } else {
-    SwiGluForwardKernel<T, false><<<ElementwiseBlocks(n), 256, 0, stream>>>(g, u, o, n);
+    SwiGluForwardKernel<T, false><<<ElementwiseBlocks(rows * cols), 256, 0, stream>>>(g, u, o, rows, cols, pair_stride);
   }
 }
 
 template <typename T>
-void SwiGluBackward(const void* grad, const void* gate, const void* up, void* grad_gate, void* grad_up, int64_t n,
-                    cudaStream_t stream) {
+void SwiGluBackward(const void* grad, const void* gate, const void* up, void* grad_gate, void* grad_up, int64_t rows,
+                    int64_t cols, int64_t pair_stride, cudaStream_t stream) {
   const auto* d = static_cast<const T*>(grad);
   const auto* g = static_cast<const T*>(gate);
   const auto* u = static_cast<const T*>(up);
   auto* dg = static_cast<T*>(grad_gate);
   auto* du = static_cast<T*>(grad_up);
-  if (Aligned16(grad) && Aligned16(gate) && Aligned16(up) && Aligned16(grad_gate) && Aligned16(grad_up)) {
-    SwiGluBackwardKernel<T, true><<<ElementwiseBlocks(n / Vec<T>::kN + 1), 256, 0, stream>>>(d, g, u, dg, du, n);
+  if (SwiGluVectors<T>({grad, gate, up, grad_gate, grad_up}, cols, pair_stride)) {
+    SwiGluBackwardKernel<T, true><<<ElementwiseBlocks(rows * cols / Vec<T>::kN), 256, 0, stream>>>(
+        d, g, u, dg, du, rows, cols, pair_stride);
   } else {
-    SwiGluBackwardKernel<T, false><<<ElementwiseBlocks(n), 256, 0, stream>>>(d, g, u, dg, du, n);
+    SwiGluBackwardKernel<T, false><<<ElementwiseBlocks(rows * cols), 256, 0, stream>>>(d, g, u, dg, du, rows, cols,
+                                                                                      pair_stride);
   }
 }
 
@@ -383,48 +417,53 @@ void LaunchRmsNormBackward(KernelDType dtype, const void* grad_out, const void* 
 }
 
 void LaunchRopeForward(KernelDType dtype, const void* x, const void* cos, const void* sin, void* out,
-                       int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim, void* stream) {
+                       int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim, int64_t in_token_stride,
+                       int64_t out_token_stride, void* stream) {
   if (tokens <= 0) return;
   auto st = static_cast<cudaStream_t>(stream);
   if (dtype == KernelDType::kBF16) {
-    Rope<__nv_bfloat16, false>(x, cos, sin, out, tokens, seq, heads, head_dim, st);
+    Rope<__nv_bfloat16, false>(x, cos, sin, out, tokens, seq, heads, head_dim, in_token_stride, out_token_stride, st);
   } else {
-    Rope<float, false>(x, cos, sin, out, tokens, seq, heads, head_dim, st);
+    Rope<float, false>(x, cos, sin, out, tokens, seq, heads, head_dim, in_token_stride, out_token_stride, st);
   }
   CheckLaunch("RoPE forward");
 }
 
 void LaunchRopeBackward(KernelDType dtype, const void* grad_out, const void* cos, const void* sin, void* grad_x,
-                        int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim, void* stream) {
+                        int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim, int64_t in_token_stride,
+                        int64_t out_token_stride, void* stream) {
   if (tokens <= 0) return;
   auto st = static_cast<cudaStream_t>(stream);
   if (dtype == KernelDType::kBF16) {
-    Rope<__nv_bfloat16, true>(grad_out, cos, sin, grad_x, tokens, seq, heads, head_dim, st);
+    Rope<__nv_bfloat16, true>(grad_out, cos, sin, grad_x, tokens, seq, heads, head_dim, in_token_stride,
+                              out_token_stride, st);
   } else {
-    Rope<float, true>(grad_out, cos, sin, grad_x, tokens, seq, heads, head_dim, st);
+    Rope<float, true>(grad_out, cos, sin, grad_x, tokens, seq, heads, head_dim, in_token_stride, out_token_stride, st);
   }
   CheckLaunch("RoPE backward");
 }
 
-void LaunchSwiGluForward(KernelDType dtype, const void* gate, const void* up, void* out, int64_t n, void* stream) {
-  if (n <= 0) return;
+void LaunchSwiGluForward(KernelDType dtype, const void* gate, const void* up, void* out, int64_t rows, int64_t cols,
+                         int64_t pair_stride, void* stream) {
+  if (rows <= 0 || cols <= 0) return;
   auto st = static_cast<cudaStream_t>(stream);
   if (dtype == KernelDType::kBF16) {
-    SwiGluForward<__nv_bfloat16>(gate, up, out, n, st);
+    SwiGluForward<__nv_bfloat16>(gate, up, out, rows, cols, pair_stride, st);
   } else {
-    SwiGluForward<float>(gate, up, out, n, st);
+    SwiGluForward<float>(gate, up, out, rows, cols, pair_stride, st);
   }
   CheckLaunch("SwiGLU forward");
 }
 
 void LaunchSwiGluBackward(KernelDType dtype, const void* grad_out, const void* gate, const void* up,
-                          void* grad_gate, void* grad_up, int64_t n, void* stream) {
-  if (n <= 0) return;
+                          void* grad_gate, void* grad_up, int64_t rows, int64_t cols, int64_t pair_stride,
+                          void* stream) {
+  if (rows <= 0 || cols <= 0) return;
   auto st = static_cast<cudaStream_t>(stream);
   if (dtype == KernelDType::kBF16) {
-    SwiGluBackward<__nv_bfloat16>(grad_out, gate, up, grad_gate, grad_up, n, st);
+    SwiGluBackward<__nv_bfloat16>(grad_out, gate, up, grad_gate, grad_up, rows, cols, pair_stride, st);
   } else {
-    SwiGluBackward<float>(grad_out, gate, up, grad_gate, grad_up, n, st);
+    SwiGluBackward<float>(grad_out, gate, up, grad_gate, grad_up, rows, cols, pair_stride, st);
   }
   CheckLaunch("SwiGLU backward");
 }

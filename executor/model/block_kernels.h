@@ -53,18 +53,33 @@ void LaunchRmsNormBackward(KernelDType dtype, const void* grad_out, const void* 
 // [>= seq, head_dim]: out = x * cos + rotate_half(x) * sin,
 // rotate_half(x) = (-x2, x1). Backward (x, out -> grad_out, grad_x) is the
 // transpose: grad_x1 = g1 * cos1 + g2 * sin2, grad_x2 = g2 * cos2 - g1 * sin1.
-// REQUIRES: RopeKernelFits (base/block_kernel_shapes.h); every pointer 16-byte aligned and contiguous.
+// Consecutive tokens lie in_token_stride elements apart in the input and
+// out_token_stride in the output (heads * head_dim when contiguous): the
+// rotated heads of a packed q/k/v projection are read, and their gradients
+// written, in place within its rows.
+// REQUIRES: RopeKernelFits (base/block_kernel_shapes.h); every pointer 16-byte
+// aligned; both strides multiples of head_dim and >= heads * head_dim.
 void LaunchRopeForward(KernelDType dtype, const void* x, const void* cos, const void* sin, void* out,
-                       int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim, void* stream);
+                       int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim, int64_t in_token_stride,
+                       int64_t out_token_stride, void* stream);
 void LaunchRopeBackward(KernelDType dtype, const void* grad_out, const void* cos, const void* sin, void* grad_x,
-                        int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim, void* stream);
+                        int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim, int64_t in_token_stride,
+                        int64_t out_token_stride, void* stream);
 
-// SwiGLU: out = round(round(silu(gate)) * up) over n elements; backward gives
-// grad_gate = round(round(g * up) * silu'(gate)) and grad_up = round(g * silu(gate)).
-// REQUIRES: contiguous buffers of n elements (any alignment: the kernel falls
-// back to scalar loads).
-void LaunchSwiGluForward(KernelDType dtype, const void* gate, const void* up, void* out, int64_t n, void* stream);
+// SwiGLU: out = round(round(silu(gate)) * up) over `rows` rows of `cols`
+// elements; backward gives grad_gate = round(round(g * up) * silu'(gate)) and
+// grad_up = round(g * silu(gate)). gate and up (and, backward, their
+// gradients) have rows `pair_stride` elements apart: cols for two separate
+// tensors, 2 * cols for the halves of one packed gate/up projection
+// [rows, 2 * cols] (gate the first half, up the second); out and grad_out
+// are contiguous [rows, cols].
+// REQUIRES: pair_stride >= cols. Any alignment: the kernel falls back to
+// scalar loads when a pointer, cols or pair_stride is not whole 16-byte
+// vectors.
+void LaunchSwiGluForward(KernelDType dtype, const void* gate, const void* up, void* out, int64_t rows, int64_t cols,
+                         int64_t pair_stride, void* stream);
 void LaunchSwiGluBackward(KernelDType dtype, const void* grad_out, const void* gate, const void* up,
-                          void* grad_gate, void* grad_up, int64_t n, void* stream);
+                          void* grad_gate, void* grad_up, int64_t rows, int64_t cols, int64_t pair_stride,
+                          void* stream);
 
 }  // namespace llmplan::executor

@@ -73,4 +73,23 @@ at::Tensor SwiGlu(BlockOpsForm form, const at::Tensor& gate, const at::Tensor& u
   return at::silu(gate) * up;
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvRope(const at::Tensor& qkv, const at::Tensor& cos,
+                                                       const at::Tensor& sin, int64_t heads, int64_t kv_heads) {
+#ifdef LLMPLAN_WITH_CUDA
+  return fused::QkvRope(qkv, cos, sin, heads, kv_heads);
+#else
+  (void)qkv, (void)cos, (void)sin, (void)heads, (void)kv_heads;
+  TORCH_CHECK(false, "QkvRope is a fused kernel: this executor was built without CUDA");
+#endif
+}
+
+at::Tensor SwiGluPacked(const at::Tensor& gate_up) {
+#ifdef LLMPLAN_WITH_CUDA
+  return fused::SwiGluPacked(gate_up);
+#else
+  (void)gate_up;
+  TORCH_CHECK(false, "SwiGluPacked is a fused kernel: this executor was built without CUDA");
+#endif
+}
+
 }  // namespace llmplan::executor

@@ -11,6 +11,9 @@
 // (ActivationShape::fused_kernels).
 #pragma once
 
+#include <cstdint>
+#include <tuple>
+
 #include <ATen/core/Tensor.h>
 
 namespace llmplan::executor {
@@ -37,5 +40,20 @@ at::Tensor ApplyRope(BlockOpsForm form, const at::Tensor& x, const at::Tensor& c
 
 // silu(gate) * up, gate and up of one shape and dtype.
 at::Tensor SwiGlu(BlockOpsForm form, const at::Tensor& gate, const at::Tensor& up);
+
+// The fused form's ops on packed projections (projections.h): a block's q,
+// k and v come out of one GEMM, its gate and up out of another.
+//
+// QkvRope: qkv [B, T, (heads + 2 * kv_heads) * D] (q's heads, then k's, then
+// v's) -> {q, k rotated by RoPE, v}, each [B, T, its heads, D] and
+// contiguous; cos and sin [T, D] in qkv's dtype. The packed input is not kept
+// for backward; its gradient comes back packed.
+// SwiGluPacked: gate_up [..., 2 * inter] (gate, then up) -> silu(gate) * up
+// [..., inter]; keeps gate_up for backward and returns its gradient packed.
+// REQUIRES: BlockKernelsBuilt() and CUDA tensors that BlockOpsFormFor
+// accepts (the composite form computes separate projections instead).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvRope(const at::Tensor& qkv, const at::Tensor& cos,
+                                                       const at::Tensor& sin, int64_t heads, int64_t kv_heads);
+at::Tensor SwiGluPacked(const at::Tensor& gate_up);
 
 }  // namespace llmplan::executor

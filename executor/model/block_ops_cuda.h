@@ -3,6 +3,9 @@
 // go through block_ops.h, which checks the preconditions.
 #pragma once
 
+#include <cstdint>
+#include <tuple>
+
 #include <ATen/core/Tensor.h>
 
 namespace llmplan::executor::fused {
@@ -12,5 +15,8 @@ namespace llmplan::executor::fused {
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvRope(const at::Tensor& qkv, const at::Tensor& cos,
+                                                       const at::Tensor& sin, int64_t heads, int64_t kv_heads);
+at::Tensor SwiGluPacked(const at::Tensor& gate_up);
 
 }  // namespace llmplan::executor::fused

@@ -2,7 +2,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <tuple>
+
 #include "executor/model/block_ops.h"
+#include "executor/model/projections.h"
 #include "executor/torch_compat.h"
 
 namespace llmplan::executor {
@@ -120,24 +123,39 @@ at::Tensor LlamaModel::BlockForward(int layer, const std::vector<at::Tensor>& p,
   auto bias = [&](int i) { return i >= 0 ? p[i] : at::Tensor(); };
 
   const BlockOpsForm form = BlockOpsFormFor(fused_kernels_, x, spec_.hidden, hd);
+  const bool fused = form == BlockOpsForm::kFused;
 
   // Attention. RoPE runs on the projections viewed [B, T, H, D] (their
   // memory order); the transpose to [B, H, T, D] for attention is a view.
   at::Tensor hn = RmsNorm(form, x, p[b.input_norm], spec_.rms_norm_eps);
   at::Tensor cos = rope.cos.narrow(0, 0, t), sin = rope.sin.narrow(0, 0, t);
-  at::Tensor q = at::linear(hn, p[b.q], bias(b.q_bias)).view({batch, t, nh, hd});
-  at::Tensor k = at::linear(hn, p[b.k], bias(b.k_bias)).view({batch, t, nkv, hd});
-  at::Tensor v = at::linear(hn, p[b.v], bias(b.v_bias)).view({batch, t, nkv, hd}).transpose(1, 2);
-  q = ApplyRope(form, q, cos, sin).transpose(1, 2);
-  k = ApplyRope(form, k, cos, sin).transpose(1, 2);
-  at::Tensor attn = compat::CausalAttention(q, k, v);
+  at::Tensor q, k, v;
+  if (fused) {
+    // One GEMM for q, k and v (adjacent in the unit's flat buffer), one pass
+    // rotating q and k out of its rows and copying v (projections.h).
+    std::vector<at::Tensor> biases;
+    if (spec_.qkv_bias) biases = {p[b.q_bias], p[b.k_bias], p[b.v_bias]};
+    std::tie(q, k, v) = QkvRope(PackedLinear(hn, {p[b.q], p[b.k], p[b.v]}, biases), cos, sin, nh, nkv);
+  } else {
+    q = at::linear(hn, p[b.q], bias(b.q_bias)).view({batch, t, nh, hd});
+    k = at::linear(hn, p[b.k], bias(b.k_bias)).view({batch, t, nkv, hd});
+    v = at::linear(hn, p[b.v], bias(b.v_bias)).view({batch, t, nkv, hd});
+    q = ApplyRope(form, q, cos, sin);
+    k = ApplyRope(form, k, cos, sin);
+  }
+  at::Tensor attn = compat::CausalAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
   attn = attn.transpose(1, 2).reshape({batch, t, nh * hd});
-  at::Tensor h = x + at::linear(attn, p[b.o]);
+  at::Tensor h = fused ? AddProjection(x, attn, p[b.o]) : x + at::linear(attn, p[b.o]);
 
   // SwiGLU MLP.
   at::Tensor mn = RmsNorm(form, h, p[b.post_norm], spec_.rms_norm_eps);
-  at::Tensor mlp = at::linear(SwiGlu(form, at::linear(mn, p[b.gate]), at::linear(mn, p[b.up])), p[b.down]);
-  return h + mlp;
+  if (!fused) {
+    // HF's statements: the MLP's intermediates die before the residual add.
+    at::Tensor mlp = at::linear(SwiGlu(form, at::linear(mn, p[b.gate]), at::linear(mn, p[b.up])), p[b.down]);
+    return h + mlp;
+  }
+  // Gate and up as one GEMM; the down projection's GEMM adds the residual.
+  return AddProjection(h, SwiGluPacked(PackedLinear(mn, {p[b.gate], p[b.up]}, {})), p[b.down]);
 }
 
 bool LlamaModel::RunsFusedKernels(const at::Tensor& x) const {

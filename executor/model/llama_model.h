@@ -13,7 +13,9 @@
 // RoPE in the rotate_half layout (first half / second half of each head),
 // SwiGLU MLP, grouped-query attention, q/k/v biases for Qwen2. The norms, RoPE
 // and SwiGLU are block_ops.h's: fused CUDA kernels on a GPU, LibTorch's
-// composite ops elsewhere.
+// composite ops elsewhere. The fused form also packs the q/k/v and the
+// gate/up projections into one GEMM each and adds the residual in the o and
+// down projections' GEMM epilogue (projections.h).
 #pragma once
 
 #include <cstdint>

@@ -3,12 +3,14 @@
 //   - forward outputs equal the composite's (bit-for-bit where the rounding
 //     allows: RoPE and SwiGLU in bf16; RMSNorm up to its row sum's order);
 //   - gradients at least as close to an fp64 reference as the composite's;
+//   - the packed q/k/v and gate/up ops equal the composite ops on their parts;
 //   - a whole block's forward and backward agree across the two forms;
 //   - what a block keeps for backward is what the planner's memory model
 //     counts for each form (planner/memory_model.h), on the caching allocator.
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -153,10 +155,68 @@ TEST_F(BlockOpsGpuTest, SwiGluMatchesCompositeOnAlignedAndUnalignedBuffers) {
   }
 }
 
+// The packed q/k/v form: one kernel pass rotating q's and k's heads out of
+// the packed projection's rows and copying v's, against the composite RoPE
+// of each head group cut out of it.
+TEST_F(BlockOpsGpuTest, QkvRopeMatchesCompositeRopeOfEachHeadGroup) {
+  for (const at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    for (const int64_t head_dim : {64, 128}) {
+      SCOPED_TRACE(std::string(dtype == at::kFloat ? "fp32" : "bf16") + " head_dim " + std::to_string(head_dim));
+      ModelSpec spec = PresetModel("llama3.2-1b");
+      spec.head_dim = head_dim;
+      const int64_t t = 33, heads = 6, kv_heads = 2;
+      const RopeTable table = LlamaModel(spec).MakeRopeTable(64, kCuda, dtype);
+      const at::Tensor cos = table.cos.narrow(0, 0, t), sin = table.sin.narrow(0, 0, t);
+      // q, k, v of each token side by side, flattened back into the packed
+      // layout so that one gradient drives all three.
+      auto op = [&](BlockOpsForm form, const std::vector<at::Tensor>& in) {
+        const at::Tensor c = cos.to(in[0].scalar_type()), s = sin.to(in[0].scalar_type());
+        at::Tensor q, k, v;
+        if (form == kFused) {
+          std::tie(q, k, v) = QkvRope(in[0], c, s, heads, kv_heads);
+        } else {
+          const int64_t qd = heads * head_dim, kvd = kv_heads * head_dim;
+          q = ApplyRope(kComposite, in[0].narrow(2, 0, qd).reshape({2, t, heads, head_dim}), c, s);
+          k = ApplyRope(kComposite, in[0].narrow(2, qd, kvd).reshape({2, t, kv_heads, head_dim}), c, s);
+          v = in[0].narrow(2, qd + kvd, kvd).reshape({2, t, kv_heads, head_dim});
+        }
+        return at::cat({q.flatten(2), k.flatten(2), v.flatten(2)}, 2);
+      };
+      const at::Tensor qkv = Randn({2, t, (heads + 2 * kv_heads) * head_dim}, dtype);
+      const at::Tensor f = op(kFused, {qkv}), c = op(kComposite, {qkv});
+      if (dtype == at::kBFloat16) {
+        EXPECT_TRUE(at::equal(f, c)) << (f.to(at::kFloat) - c.to(at::kFloat)).abs().max().item<double>();
+      } else {
+        EXPECT_TRUE(at::allclose(f, c, 1e-6, 1e-6));  // an FMA's ulp, as RoPE's
+      }
+      ExpectGradientsAsAccurate(op, {qkv}, Randn(qkv.sizes(), dtype), dtype == at::kFloat ? 1e-6 : 1e-2);
+    }
+  }
+}
+
+// The packed gate/up form against the composite SwiGLU of the two halves,
+// on rows whose length is and is not a whole number of 16-byte vectors.
+TEST_F(BlockOpsGpuTest, SwiGluPackedMatchesSwiGluOfItsHalves) {
+  for (const at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    for (const int64_t inter : {512, 1003}) {  // 1003: the scalar path
+      SCOPED_TRACE(std::string(dtype == at::kFloat ? "fp32" : "bf16") + " inter " + std::to_string(inter));
+      auto op = [&](BlockOpsForm form, const std::vector<at::Tensor>& in) {
+        if (form == kFused) return SwiGluPacked(in[0]);
+        return SwiGlu(kComposite, in[0].narrow(-1, 0, inter), in[0].narrow(-1, inter, inter));
+      };
+      const at::Tensor gate_up = Randn({3, 37, 2 * inter}, dtype) * 4;
+      const at::Tensor f = op(kFused, {gate_up}), c = op(kComposite, {gate_up});
+      EXPECT_GE(EqualFraction(f, c), 0.999);
+      EXPECT_TRUE(at::allclose(f.to(at::kFloat), c.to(at::kFloat), dtype == at::kFloat ? 1e-6 : 8e-3, 1e-6));
+      ExpectGradientsAsAccurate(op, {gate_up}, Randn({3, 37, inter}, dtype), dtype == at::kFloat ? 1e-5 : 1e-2);
+    }
+  }
+}
+
 // One Llama-3.2-1B block in bf16, fused against composite: the output and
 // every gradient within bf16 noise of each other, and what each keeps for
 // backward (allocated after the forward, graph held) equal to the planner's
-// count for that form.
+// count for that form. The parameters lie in one flat buffer, as a unit's do.
 TEST_F(BlockOpsGpuTest, BlockAgreesAcrossFormsAndKeepsWhatThePlannerCounts) {
   ModelSpec spec = PresetModel("llama3.2-1b");
   const int64_t batch = 2, seq = 1024;
@@ -168,9 +228,17 @@ TEST_F(BlockOpsGpuTest, BlockAgreesAcrossFormsAndKeepsWhatThePlannerCounts) {
     SCOPED_TRACE(fused ? "fused" : "composite");
     const LlamaModel model(spec, fused);
     const int unit = model.block_unit(0);
+    // In one flat buffer, as a FlatUnit holds them: the fused form then
+    // uses q/k/v and gate/up in place as one matrix each.
+    const at::Tensor flat = at::empty({model.UnitNumel(unit)}, at::TensorOptions().dtype(at::kBFloat16).device(kCuda));
     std::vector<at::Tensor> params;
-    for (const ParamShape& shape : model.unit_params(unit))
-      params.push_back(at::empty(shape.shape, at::TensorOptions().dtype(at::kBFloat16).device(kCuda)));
+    int64_t offset = 0;
+    for (const ParamShape& shape : model.unit_params(unit)) {
+      std::vector<int64_t> strides(shape.shape.size(), 1);
+      for (int d = static_cast<int>(shape.shape.size()) - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape.shape[d + 1];
+      params.push_back(at::empty({0}, flat.options()).set_(flat.storage(), offset, shape.shape, strides));
+      offset += shape.numel();
+    }
     model.InitUnit(unit, params, /*seed=*/3);
     for (at::Tensor& p : params) p.requires_grad_(true);
     const RopeTable rope = model.MakeRopeTable(seq, kCuda, at::kBFloat16);
