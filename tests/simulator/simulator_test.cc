@@ -341,6 +341,36 @@ TEST(SimulatorTest, SharedHostLinkHalvesBothDirectionsWhileBothRun) {
   EXPECT_NEAR(SimulateOn(one, RoundNumberProfile(0, true)).step_seconds, 1.0, kEps);
 }
 
+TEST(SimulatorTest, CpuAdamWSlowsExactlyWhileACopyRuns) {
+  // The CPU AdamW (3 s alone) beside a 1 s copy down, with
+  // cpu_adam_slowdown_during_copies 1: half speed for the copy's second
+  // (0.5 s of work done), then the last 2.5 s at full speed: t = 3.5. The
+  // copy itself is not slowed. The copy is listed first: the CPU op holds
+  // the host, which issues nothing after it before it ends.
+  HardwareProfile profile = RoundNumberProfile();
+  profile.cpu_adam_slowdown_during_copies = 1.0;
+  HandProgram down;
+  const int d2h = down.Add(OpKind::kCopyToHost, StreamKind::kDeviceToHost, 1.0);
+  const int cpu = down.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 3.0);
+  SimulationResult r = SimulateOn(down, profile);
+  EXPECT_NEAR(r.ops[d2h].end, 1.0, kEps);
+  EXPECT_NEAR(r.ops[cpu].end, 3.5, kEps);
+  // Unmeasured (0): the update runs at its rate alone.
+  EXPECT_NEAR(SimulateOn(down, RoundNumberProfile()).ops[cpu].end, 3.0, kEps);
+  // Either direction slows it, and both at once no more than one: h2d
+  // [0, 2] and d2h [0, 1] beside it leave 2 s of work after t = 2: t = 4.
+  HandProgram both;
+  both.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 2.0);
+  both.Add(OpKind::kCopyToHost, StreamKind::kDeviceToHost, 1.0);
+  const int update = both.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 3.0);
+  EXPECT_NEAR(SimulateOn(both, profile).ops[update].end, 4.0, kEps);
+  // Compute beside it does not slow it.
+  HandProgram compute;
+  compute.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
+  const int alone = compute.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 3.0);
+  EXPECT_NEAR(SimulateOn(compute, profile).ops[alone].end, 3.0, kEps);
+}
+
 TEST(SimulatorTest, MemoryPeakAtTheRightMoment) {
   // compute A [0,1]   allocates 100 activations, frees them at its end
   // cpu Y     [0,0.5] no memory
