@@ -94,6 +94,8 @@ void HardwareProfile::Validate() const {
   positive(device_to_host_bytes_per_s, "host.device_to_host_bytes_per_s");
   positive(cpu_adam_params_per_s, "host.cpu_adam_params_per_s");
   positive(cpu_adam_alone_params_per_s, "host.cpu_adam_alone_params_per_s");
+  if (!(cpu_adam_slowdown_during_copies >= 0 && cpu_adam_slowdown_during_copies <= 10))
+    throw UserError("profile " + name + ": host.cpu_adam_slowdown_during_copies must be between 0 and 10");
   if (AllocatorCapacityBytes() <= 0)
     throw UserError("profile " + name + ": cuda_context_bytes leaves no usable device memory");
   if (gpus_per_node < 1) throw UserError("profile " + name + ": topology.gpus_per_node must be at least 1");
@@ -189,6 +191,7 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   p.cpu_adam_params_per_s = host.NumberIn("cpu_adam_params_per_s", 1, kMaxRate);
   // A profile that measured only one rate uses it for both.
   p.cpu_adam_alone_params_per_s = host.NumberIn("cpu_adam_alone_params_per_s", 1, kMaxRate, p.cpu_adam_params_per_s);
+  p.cpu_adam_slowdown_during_copies = host.NumberIn("cpu_adam_slowdown_during_copies", 0, 10, 0);
   p.step_overhead_s = host.NumberIn("step_overhead_s", 0, 3600, 0);
   p.nvme_read_bytes_per_s = host.NumberIn("nvme_read_bytes_per_s", 0, kMaxRate, 0);
   p.nvme_write_bytes_per_s = host.NumberIn("nvme_write_bytes_per_s", 0, kMaxRate, 0);
@@ -235,6 +238,7 @@ nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
             {"copies_share_link", p.copies_share_link},
             {"cpu_adam_params_per_s", p.cpu_adam_params_per_s},
             {"cpu_adam_alone_params_per_s", p.cpu_adam_alone_params_per_s},
+            {"cpu_adam_slowdown_during_copies", p.cpu_adam_slowdown_during_copies},
             {"step_overhead_s", p.step_overhead_s},
             {"nvme_read_bytes_per_s", p.nvme_read_bytes_per_s},
             {"nvme_write_bytes_per_s", p.nvme_write_bytes_per_s}}},

@@ -94,6 +94,13 @@ struct HardwareProfile {
   // summed rate: on the H200 host one process on all 32 threads ran 4.48 G
   // params/s, two on 16 threads each 2 x 2.37 (llmplan profile measures both).
   double cpu_adam_alone_params_per_s = 0;
+  // The CPU AdamW slows by this fraction while a pinned host<->device copy
+  // runs beside it: the loop is bound by host memory bandwidth (30 bytes per
+  // parameter) and the copy's DMA takes its share of it. On one H200 the
+  // update took 1.11 s instead of 0.93 s with each unit's 53 GB/s gradient
+  // copy beside it (2026-12-02). llmplan profile measures it (the update
+  // alone and beside continuous copies both ways); 0: not measured.
+  double cpu_adam_slowdown_during_copies = 0;
   // Sequential read and write bandwidth of the node's local SSD, in large
   // aligned blocks that bypass the page cache (O_DIRECT), as NVMe offload
   // streams AdamW's state: llmplan profile --nvme-dir measures them. 0: not

@@ -57,6 +57,14 @@ OffloadTier ParseOffloadTier(const std::string& name) {
   throw UserError("unknown offload destination '" + name + "': use host or nvme");
 }
 
+std::string OffloadStagingName(OffloadStaging s) { return s == OffloadStaging::kUnit ? "unit" : "slots"; }
+
+OffloadStaging ParseOffloadStaging(const std::string& name) {
+  if (name == "unit") return OffloadStaging::kUnit;
+  if (name == "slots") return OffloadStaging::kSlots;
+  throw UserError("unknown offload staging '" + name + "': use unit or slots");
+}
+
 std::string DTypeName(DType d) { return d == DType::kBF16 ? "bf16" : "fp32"; }
 DType ParseDType(const std::string& name) {
   if (name == "bf16") return DType::kBF16;
@@ -124,6 +132,9 @@ void Plan::Validate() const {
     fail("delayed_update needs one micro-batch per step (grad_accum " + std::to_string(grad_accum) +
          " here): the delayed update moves each unit's gradient and parameters through two staging slots between "
          "its first reduction and its last backward; raise micro_batch to grad_accum 1, or drop delayed_update");
+  if (delayed_update && offload_staging == OffloadStaging::kUnit)
+    fail("offload_staging unit does not go with delayed_update, whose gradients and parameters move through the "
+         "staging slots: use offload_staging slots, or drop delayed_update");
   if (seq_len < 1 || seq_len > (int64_t{1} << 22)) fail("seq_len must be between 1 and 4194304");
   // Positions past the model's maximum were never trained: the model's own
   // code (and Hugging Face's) is not meant to run there.
@@ -216,6 +227,7 @@ std::string PlanSummary(const Plan& p) {
   s += ", offload " + OffloadName(p.offload);
   if (p.OptimizerStateOnNvme()) s += " to nvme";
   if (p.delayed_update) s += ", delayed update";
+  if (p.StagesEveryUnit()) s += ", staged per unit";
   if (p.replicate_edges) s += ", edges whole";
   if (!p.fused_kernels) s += ", composite kernels";
   return s;
@@ -223,39 +235,43 @@ std::string PlanSummary(const Plan& p) {
 
 nlohmann::json PlanToJson(const Plan& p) {
   const auto& o = p.optimizer;
-  return {{"format", "llmplan-plan-1"},
-          {"model", ModelSpecToJson(p.model)},
-          {"profile", p.profile},
-          {"gpus", p.gpus},
-          {"gpus_per_node", p.gpus_per_node},
-          {"shard_group_size", p.shard_group_size},
-          {"host_memory_per_node_bytes", p.host_memory_per_node_bytes},
-          {"seq_len", p.seq_len},
-          {"micro_batch", p.micro_batch},
-          {"grad_accum", p.grad_accum},
-          {"global_batch", p.GlobalBatch()},
-          {"strategy", StrategyName(p.strategy)},
-          {"offload", OffloadName(p.offload)},
-          {"replicate_edges", p.replicate_edges},
-          {"offload_to", OffloadTierName(p.offload_to)},
-          {"delayed_update", p.delayed_update},
-          {"checkpoint_layers", p.checkpoint_layers},
-          {"prefetch_depth", p.prefetch_depth},
-          {"fused_kernels", p.fused_kernels},
-          {"loss_chunk_tokens", p.loss_chunk_tokens},
-          {"param_dtype", DTypeName(p.param_dtype)},
-          {"reduce_dtype", DTypeName(p.reduce_dtype)},
-          {"seed", p.seed},
-          {"optimizer",
-           {{"lr", o.lr},
-            {"min_lr_ratio", o.min_lr_ratio},
-            {"warmup_steps", o.warmup_steps},
-            {"decay_steps", o.decay_steps},
-            {"beta1", o.beta1},
-            {"beta2", o.beta2},
-            {"eps", o.eps},
-            {"weight_decay", o.weight_decay},
-            {"grad_clip", o.grad_clip}}}};
+  nlohmann::json j = {{"format", "llmplan-plan-1"},
+                      {"model", ModelSpecToJson(p.model)},
+                      {"profile", p.profile},
+                      {"gpus", p.gpus},
+                      {"gpus_per_node", p.gpus_per_node},
+                      {"shard_group_size", p.shard_group_size},
+                      {"host_memory_per_node_bytes", p.host_memory_per_node_bytes},
+                      {"seq_len", p.seq_len},
+                      {"micro_batch", p.micro_batch},
+                      {"grad_accum", p.grad_accum},
+                      {"global_batch", p.GlobalBatch()},
+                      {"strategy", StrategyName(p.strategy)},
+                      {"offload", OffloadName(p.offload)},
+                      {"replicate_edges", p.replicate_edges},
+                      {"offload_to", OffloadTierName(p.offload_to)},
+                      {"delayed_update", p.delayed_update},
+                      {"checkpoint_layers", p.checkpoint_layers},
+                      {"prefetch_depth", p.prefetch_depth},
+                      {"fused_kernels", p.fused_kernels},
+                      {"loss_chunk_tokens", p.loss_chunk_tokens},
+                      {"param_dtype", DTypeName(p.param_dtype)},
+                      {"reduce_dtype", DTypeName(p.reduce_dtype)},
+                      {"seed", p.seed},
+                      {"optimizer",
+                       {{"lr", o.lr},
+                        {"min_lr_ratio", o.min_lr_ratio},
+                        {"warmup_steps", o.warmup_steps},
+                        {"decay_steps", o.decay_steps},
+                        {"beta1", o.beta1},
+                        {"beta2", o.beta2},
+                        {"eps", o.eps},
+                        {"weight_decay", o.weight_decay},
+                        {"grad_clip", o.grad_clip}}}};
+  // Only where it means something: a plan without an offloaded optimizer
+  // stages nothing on the host.
+  if (OffloadsOptimizer(p.offload)) j["offload_staging"] = OffloadStagingName(p.offload_staging);
+  return j;
 }
 
 Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
@@ -280,6 +296,7 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
   p.replicate_edges = r.Bool("replicate_edges", false);
   p.offload_to = ParseOffloadTier(r.String("offload_to", "host"));
   p.delayed_update = r.Bool("delayed_update", false);
+  p.offload_staging = ParseOffloadStaging(r.String("offload_staging", "slots"));
   if (r.Has("checkpoint_layers")) {
     const auto& cl = r.Raw("checkpoint_layers");
     if (cl.is_string()) {

@@ -37,6 +37,25 @@ enum class Offload {
 // use). The fp32 master and the gradient staging stay in host memory.
 enum class OffloadTier { kHost, kNvme };
 
+// How the offloaded optimizer's fp32 gradient shards come down to the host
+// and its updated compute-dtype shards go up (planner/step_program.h,
+// kOffloadStagingSlots; the executor's StepInterpreter allocates the same).
+//   kUnit   a pinned fp32 gradient buffer and a pinned compute-dtype buffer
+//           per unit (no compute-dtype one with the parameters streamed: the
+//           update writes the unit's own host shard). Each gradient comes
+//           down during the backward, as soon as its last reduction ends,
+//           while the host is idle; the next step's host update then reads
+//           only host memory. 6 bytes of pinned memory per parameter (4
+//           with the parameters streamed).
+//   kSlots  kOffloadStagingSlots pinned slots the size of the largest unit
+//           for each direction: 12 bytes (8) per element of that unit's
+//           shard. Each gradient comes down at the next step's start, beside
+//           the host update of the unit before it, and that copy shares host
+//           memory bandwidth with the update (the CPU AdamW took 19% longer:
+//           Llama-3.2-3B on one H200, 2026-12-02; the profile's
+//           cpu_adam_slowdown_during_copies prices it).
+enum class OffloadStaging { kUnit, kSlots };
+
 std::string StrategyName(ShardingStrategy s);  // "full_shard", ...
 std::string OffloadName(Offload o);            // "none", "optimizer", "params", "optimizer+params"
 // Throw UserError listing the accepted names.
@@ -46,6 +65,8 @@ bool OffloadsOptimizer(Offload o);
 bool OffloadsParams(Offload o);
 std::string OffloadTierName(OffloadTier t);  // "host", "nvme"
 OffloadTier ParseOffloadTier(const std::string& name);  // throws UserError listing the names
+std::string OffloadStagingName(OffloadStaging s);  // "unit", "slots"
+OffloadStaging ParseOffloadStaging(const std::string& name);  // throws UserError listing the names
 
 enum class DType { kBF16, kFP32 };
 std::string DTypeName(DType d);  // "bf16", "fp32"
@@ -104,6 +125,13 @@ struct Plan {
   // gradient must be down before its first reduction and its new parameters
   // up after its last backward, through the two staging slots).
   bool delayed_update = false;
+  // The offloaded optimizer's host staging (see OffloadStaging). JSON
+  // "offload_staging", written only for a plan that offloads the optimizer
+  // (it means nothing otherwise); absent: "slots", what the executor did for
+  // every plan file written before the field existed. The search chooses
+  // kUnit where the host has room for it. REQUIRES (Validate): kSlots with
+  // delayed_update, whose copies run through the slots.
+  OffloadStaging offload_staging = OffloadStaging::kSlots;
   std::vector<int> checkpoint_layers;  // sorted block indices recomputed in backward
   // Per-unit strategy: the embedding and the head (final norm + lm_head) kept
   // whole on every GPU — no gathers, their gradients all-reduced over the
@@ -148,6 +176,9 @@ struct Plan {
   }
   // AdamW's m and v in files on a local SSD (offload_to nvme).
   bool OptimizerStateOnNvme() const { return offload_to == OffloadTier::kNvme && OffloadsOptimizer(offload); }
+  // The offloaded optimizer stages every unit on the host (offload_staging
+  // unit): gradients copied down in the backward, not at the next step's start.
+  bool StagesEveryUnit() const { return OffloadsOptimizer(offload) && offload_staging == OffloadStaging::kUnit; }
   // Number of data-parallel replicas of the model state: gpus / shard_group_size.
   int ReplicaGroups() const { return gpus / shard_group_size; }
 

@@ -316,6 +316,22 @@ class Searcher {
     return best;
   }
 
+  // FitCheckpoints with the offloaded optimizer's host staging chosen
+  // (Plan::offload_staging): per unit where the host has room for it (its
+  // gradient copies run under the backward, while the host is idle, so it
+  // is never slower), else the slots. The host's bytes do not depend on the
+  // checkpointed blocks, so the first evaluation of a plan the host cannot
+  // hold says so. A delayed update keeps the slots; a pinned form is used
+  // as it is.
+  Estimate FitCheckpointsAndStaging(Plan plan, size_t min_prefix = 0) {
+    if (!OffloadsOptimizer(plan.offload) || plan.delayed_update) return FitCheckpoints(plan, min_prefix);
+    plan.offload_staging = req_.offload_staging.value_or(OffloadStaging::kUnit);
+    Estimate e = FitCheckpoints(plan, min_prefix);
+    if (req_.offload_staging || e.fits || e.memory.host_bytes <= e.memory.host_capacity_bytes) return e;
+    plan.offload_staging = OffloadStaging::kSlots;
+    return FitCheckpoints(plan, min_prefix);
+  }
+
   // The greedy checkpoint order of a plan's blocks (the same for every plan
   // of one micro-batch) and the block activation sizes it was ranked by.
   struct Ranking {
@@ -509,14 +525,14 @@ class Searcher {
                             plan.offload_to == OffloadTier::kHost && plan.grad_accum == 1;
       if (gpus == 1 && c.strategy == ShardingStrategy::kHybridShard) continue;
       plan.Validate();
-      Estimate e = FitCheckpoints(plan, c.min_checkpointed);
+      Estimate e = FitCheckpointsAndStaging(plan, c.min_checkpointed);
       // NVMe only where the host is what does not fit: it takes the AdamW
       // state (half the offloaded bytes) off the host and adds disk time.
       if (!e.fits && !req_.offload_to && OffloadsOptimizer(plan.offload) && HasNvmeRates(profile_) &&
           e.memory.host_bytes > e.memory.host_capacity_bytes) {
         plan.offload_to = OffloadTier::kNvme;
         plan.delayed_update = false;  // not with NVMe (Plan::Validate)
-        e = FitCheckpoints(plan);
+        e = FitCheckpointsAndStaging(plan);
       }
       (e.fits ? out.feasible : out.infeasible).push_back(std::move(e));
     }
@@ -587,6 +603,9 @@ SearchResult SearchPlans(const SearchRequest& req, const HardwareProfile& profil
   if (req.grad_accum && (*req.grad_accum < 1 || *req.grad_accum > 65536))
     throw UserError("gradient accumulation must be between 1 and 65536");
   if (req.gpus < 0 || req.gpus > (1 << 20)) throw UserError("GPU count must be between 1 and 1048576, or 0 (search)");
+  if (req.delayed_update && req.offload_staging == OffloadStaging::kUnit)
+    throw UserError("the delayed update moves gradients and parameters through the staging slots: pin the offload "
+                    "staging to slots, or leave the update undelayed");
 
   Searcher searcher(req, profile, evaluate);
   SearchResult result;

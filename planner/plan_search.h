@@ -53,6 +53,12 @@ struct SearchRequest {
   // that can take it (offload optimizer to the host, grad_accum 1). Off: it
   // changes the numerics, so only the user turns it on.
   bool delayed_update = false;
+  // The offloaded optimizer's host staging (Plan::offload_staging). Unset:
+  // per unit where the host has room for it (its copies run under the
+  // backward, so it is never slower), else the slots; a delayed update
+  // always uses the slots. Pinned: that form on every plan that offloads the
+  // optimizer without a delayed update.
+  std::optional<OffloadStaging> offload_staging;
 
   OptimizerConfig optimizer;
   int prefetch_depth = 1;

@@ -168,7 +168,11 @@ void ProgramBuilder::AfterReduction(int u, int reduced, bool last_mb) {
     ar.work.spans_nodes = plan_.gpus > plan_.gpus_per_node;
     reduced = Add(std::move(ar));
   }
-  if (last_mb) grad_final_[u] = reduced;
+  if (!last_mb) return;
+  grad_final_[u] = reduced;
+  // Staged per unit (Plan::offload_staging): the final gradient goes down
+  // now, under the backward still running, while the host is idle.
+  if (plan_.StagesEveryUnit()) CopyGradientsToHost(u, reduced);
 }
 
 }  // namespace llmplan

@@ -191,9 +191,13 @@ void ProgramBuilder::MakePersistent() {
   for (int u = 0; u < NumUnits(); ++u) shard += Shard(u);
   PersistentMemory& pm = p_.persistent;
   HostMemory& host = p_.host;
-  double largest_shard = 0;  // the offload staging slots' size, in elements
+  // The offloaded optimizer's host staging, in elements per direction
+  // (Plan::offload_staging): every unit's shard, or kOffloadStagingSlots
+  // slots the size of the largest.
+  double largest_shard = 0;
   for (int u = 0; u < NumUnits(); ++u) largest_shard = std::max(largest_shard, Shard(u));
-  const double staging_slots = std::min(kOffloadStagingSlots, NumUnits()) * largest_shard;
+  const double staged =
+      plan_.StagesEveryUnit() ? shard : std::min(kOffloadStagingSlots, NumUnits()) * largest_shard;
   const Offload o = plan_.offload;
   // fp32 gradient shard accumulated over micro-batches (the whole gradient
   // when not sharded). On the device in every mode: the norm and clipping
@@ -208,10 +212,10 @@ void ProgramBuilder::MakePersistent() {
     // the bf16 shard that all-gathers read.
     host.master_params = 4 * shard;
     host.optimizer_state = 8 * shard;
-    host.grad_staging = 4 * staging_slots;
+    host.grad_staging = 4 * staged;
     // The CPU step writes the new bf16 shard into pinned memory so the copy
     // up is an asynchronous DMA (the executor's CpuAdamW path does this).
-    host.param_staging = ParamBytes() * staging_slots;
+    host.param_staging = ParamBytes() * staged;
   } else if (o == Offload::kParams) {
     // fp32 master on the host, streamed in for the GPU optimizer step; the bf16
     // shard stays for the gathers.
@@ -221,7 +225,7 @@ void ProgramBuilder::MakePersistent() {
             // streams up before each gather; the GPU keeps only the gradient shard
     host.master_params = (4 + ParamBytes()) * shard;
     host.optimizer_state = 8 * shard;
-    host.grad_staging = 4 * staging_slots;
+    host.grad_staging = 4 * staged;
   }
   if (plan_.OptimizerStateOnNvme()) {
     // m and v move to the SSD; the host keeps the blocks they stream through.

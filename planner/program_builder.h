@@ -97,7 +97,7 @@ class ProgramBuilder {
   void AccumulateThrough(int rs_id);
   // A micro-batch's gradient of unit u is reduced into its fp32 gradient by
   // op `reduced`: what follows across replicas (`last_mb`: the step's last
-  // micro-batch).
+  // micro-batch) and, staged per unit, towards the host.
   void AfterReduction(int u, int reduced, bool last_mb);
 
   // --- program_step_end.cc ---
@@ -107,15 +107,18 @@ class ProgramBuilder {
   // Offloaded optimizer, applying the previous step's gradients during this
   // step's first forward (Forward(0) calls UpdateOnHost one unit ahead, so
   // the host updates unit u + 1 while the GPU runs unit u's forward). Unit
-  // u's final gradient shard of the previous step, copied to its host
-  // staging slot once update `slot_free` (-1: none) has read the slot.
-  void CopyGradientsToHost(int u, int slot_free);
+  // u's final gradient shard copied to its host staging once op `after`
+  // (-1: none) has ended: staged per unit, this step's gradient after its
+  // last reduction (AfterReduction); through the slots, the previous step's
+  // once the update that last read its slot is done.
+  void CopyGradientsToHost(int u, int after);
   // The host update of unit u's shard (CPU AdamW, its m and v streamed from
   // NVMe when they live there), priced; its deps are the caller's.
   StepOp CpuAdamWOp(int u) const;
-  // The host update of unit u from its slot, and the updated compute-dtype
-  // shard back up: the first forward waits for it (sets update_ready_[u]).
-  // Unit 0's call first brings the first slots' gradients down.
+  // The host update of unit u from its staging, and the updated
+  // compute-dtype shard back up: the first forward waits for it (sets
+  // update_ready_[u]). Staged per unit it waits for nothing; through the
+  // slots, unit 0's call first brings the first slots' gradients down.
   void UpdateOnHost(int u);
   // Delayed update (Plan::delayed_update): the previous step's update of
   // unit u on the host right after this step's backward `bwd` of u, and its

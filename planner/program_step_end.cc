@@ -99,17 +99,19 @@ void ProgramBuilder::OptimizerStep() {
   }
 }
 
-void ProgramBuilder::CopyGradientsToHost(int u, int slot_free) {
-  // The previous step's final gradient shard, unclipped (the host update
-  // applies the clipping factor as it reads it, AdamWScalars::grad_scale, so
-  // the device never rescales its gradients). It waits in the device's fp32
-  // gradient buffer until now: this step's first reduction overwrites it
-  // only after the unit's forward, which waits for the update that reads
-  // this copy (delayed update: the reduction waits for this copy itself).
-  // Copied under the host update of the unit before, into the slot that
-  // update `slot_free` has finished reading.
+void ProgramBuilder::CopyGradientsToHost(int u, int after) {
+  // The final gradient shard, unclipped (the host update applies the
+  // clipping factor as it reads it, AdamWScalars::grad_scale, so the device
+  // never rescales its gradients). Staged per unit it goes down as soon as
+  // it is final, `after` its last reduction, under the backward still
+  // running. Through the slots it waits in the device's fp32 gradient buffer
+  // until the next step: that step's first reduction overwrites it only
+  // after the unit's forward, which waits for the update that reads this
+  // copy (delayed update: the reduction waits for this copy itself). It is
+  // copied under the host update of the unit before, into the slot that
+  // update `after` has finished reading.
   StepOp copy = HostCopy(OpKind::kCopyToHost, u, "d2h grads", 4 * Shard(u));
-  copy.deps = {slot_free};
+  copy.deps = {after};
   grad_down_[u] = Add(std::move(copy));
 }
 
@@ -134,16 +136,19 @@ void ProgramBuilder::UpdateOnHost(int u) {
   // update, the whole CPU AdamW is exposed (1.25 s of a 2.7 s step,
   // Llama-3.2-3B on one H200, 2026-12-01).
   const int n = NumUnits(), slots = kOffloadStagingSlots;
-  if (u == 0)
+  const bool through_slots = !plan_.StagesEveryUnit();
+  if (through_slots && u == 0)
     for (int v = 0; v < std::min(slots, n); ++v) CopyGradientsToHost(v, -1);
   const bool copies_up = !OffloadsParams(plan_.offload);
   StepOp cpu = CpuAdamWOp(u);
-  // Its gradient is down; the compute-dtype slot it writes has gone up.
-  cpu.deps = {grad_down_[u], copies_up && u >= slots ? update_ready_[u - slots] : -1};
+  // Staged per unit, the gradient came down in the previous step and the
+  // update writes the unit's own buffer: nothing to wait for. Through the
+  // slots: its gradient is down; the compute-dtype slot it writes has gone up.
+  if (through_slots) cpu.deps = {grad_down_[u], copies_up && u >= slots ? update_ready_[u - slots] : -1};
   update_ready_[u] = Add(std::move(cpu));
   // The gradient slot this update read is free: the next unit's to use it
   // comes down while the host updates unit u + 1.
-  if (u + slots < n) CopyGradientsToHost(u + slots, update_ready_[u]);
+  if (through_slots && u + slots < n) CopyGradientsToHost(u + slots, update_ready_[u]);
   // With the parameters streamed (optimizer+params) the update writes the
   // host copy that the gathers bring up themselves.
   if (!copies_up) return;

@@ -180,21 +180,28 @@ struct PersistentMemory {
   double collective_buffers = 0;  // NCCL buffers, per communicator
 };
 
-// Offloaded optimizer: the pinned slots the fp32 gradient shards come down
-// through for the CPU AdamW, and (offload optimizer) the updated
-// compute-dtype shards go up through. Each slot is sized for the largest
-// unit and serves units u, u + kOffloadStagingSlots, ... in turn: two let
-// unit u + 1's gradient come down while the host updates unit u, and unit
-// u - 1's shard go up meanwhile. A staging buffer per unit instead cost 6
-// bytes per parameter of pinned memory (48 GB for Llama-3-8B), which kept
-// its optimizer offload off a 128 GiB host.
+// Offloaded optimizer with Plan::offload_staging slots (and the delayed
+// update): the pinned slots the fp32 gradient shards come down through for
+// the CPU AdamW, and (offload optimizer) the updated compute-dtype shards go
+// up through. Each slot is sized for the largest unit and serves units u,
+// u + kOffloadStagingSlots, ... in turn: two let unit u + 1's gradient come
+// down while the host updates unit u, and unit u - 1's shard go up
+// meanwhile. A staging buffer per unit (offload_staging unit) costs 6 bytes
+// per parameter of pinned memory (48 GB for Llama-3-8B, which kept its
+// optimizer offload off a 128 GiB host) but brings each gradient down under
+// the backward, when the host is idle, instead of beside the host update,
+// whose memory bandwidth the copy shares (10.6% of a Llama-3.2-3B step on one
+// H200, 2026-12-02).
 constexpr int kOffloadStagingSlots = 2;
 
 struct HostMemory {
   double master_params = 0;  // pinned fp32 master weights (offload params)
   double optimizer_state = 0;  // pinned AdamW state (offload optimizer)
-  double grad_staging = 0;   // pinned fp32 gradient slots the CPU step reads (kOffloadStagingSlots)
-  double param_staging = 0;  // pinned compute-dtype slots the CPU step writes for the copy up
+  // Pinned fp32 gradient shards the CPU step reads, and compute-dtype shards
+  // it writes for the copy up: one per unit, or kOffloadStagingSlots of the
+  // largest (Plan::offload_staging).
+  double grad_staging = 0;
+  double param_staging = 0;
   // Asynchronous checkpoints' host copy of the state, this GPU's share
   // (CheckpointStagingBytesPerGpu). Not a property of the plan but of how it
   // runs (llmplan run --ckpt-async): BuildStepProgram leaves it 0; the

@@ -38,7 +38,7 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
   std::vector<char> done(n, 0);
   std::vector<double> duration(n), issue_seconds(n);
   std::vector<int> queued(n, 0);  // kernels each op puts in the device's queue (see the host below)
-  std::vector<char> blocks_host(n), priced_as_compute(n);
+  std::vector<char> blocks_host(n), priced_as_compute(n), cpu_adam(n);
   std::vector<int> dep_begin(n + 1, 0), dep_ids;
   dep_ids.reserve(3 * n);
   for (size_t i = 0; i < n; ++i) {
@@ -49,6 +49,7 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
     if (op.stream != StreamKind::kCpu && op.kind != OpKind::kRelease) queued[i] = std::max(1, op.work.launches);
     blocks_host[i] = HostBlocks(op, cpu_device);
     priced_as_compute[i] = CostModel::PricedAsCompute(op);
+    cpu_adam[i] = op.kind == OpKind::kCpuOptimizerStep;
     dep_ids.insert(dep_ids.end(), op.deps.begin(), op.deps.end());
     dep_begin[i + 1] = static_cast<int>(dep_ids.size());
   }
@@ -56,6 +57,7 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
   const double slowdown = cost.profile().compute_slowdown_during_collectives;
   const double collective_slowdown = cost.profile().collective_slowdown_during_compute;
   const bool shared_link = cost.profile().copies_share_link;
+  const double cpu_adam_slowdown = cost.profile().cpu_adam_slowdown_during_copies;
   std::array<double, kNumMemoryCategories> current{};
   double in_use = 0;
   double now = 0;
@@ -172,6 +174,7 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
         v = 1.0 / (1.0 + collective_slowdown);
       if (shared_link && h2d && d2h && (kind == StreamKind::kHostToDevice || kind == StreamKind::kDeviceToHost))
         v = 0.5;
+      if (kind == StreamKind::kCpu && (h2d || d2h) && cpu_adam[streams[k].running]) v = 1.0 / (1.0 + cpu_adam_slowdown);
       rate[k] = v;
       dt = std::min(dt, streams[k].remaining / v);
     }

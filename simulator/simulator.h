@@ -7,8 +7,11 @@
 // compute_slowdown_during_collectives while any collective runs beside it
 // (NCCL kernels take SMs and HBM bandwidth), a collective slower by
 // collective_slowdown_during_compute while compute runs beside it (the same
-// sharing seen from NCCL's side), and when the profile says the two
-// copy directions share one link, each runs at half speed while both run.
+// sharing seen from NCCL's side), the CPU AdamW slower by
+// cpu_adam_slowdown_during_copies while a host<->device copy runs (the
+// copy's DMA takes host memory bandwidth the update is bound by), and when
+// the profile says the two copy directions share one link, each runs at
+// half speed while both run.
 //
 // Ranks are symmetric, so one simulation stands for every GPU: simulating a
 // step costs the same for 8 GPUs or 4,096.

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "executor/optimizer/cpu_adamw.h"
@@ -20,6 +23,12 @@ struct Shard {
     CpuAdamW(param.data(), grad.data(), exp_avg.data(), exp_avg_sq.data(), static_cast<int64_t>(param.size()), s,
              threads, compute.data(), /*compute_is_bf16=*/true);
   }
+  // The update on the host's clock (it is synchronous).
+  double TimedUpdate(const AdamWScalars& s, int threads) {
+    const auto start = std::chrono::steady_clock::now();
+    Update(s, threads);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   std::vector<float> param, grad, exp_avg, exp_avg_sq;
   std::vector<uint16_t> compute;
 };
@@ -32,6 +41,11 @@ AdamWScalars Scalars() {
   return s;
 }
 
+double Median(std::vector<double> seconds) {
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
 template <typename F>
 double MedianSeconds(int repeats, F&& run) {
   run();  // warm-up: first touch of the pages, thread start-up
@@ -41,9 +55,14 @@ double MedianSeconds(int repeats, F&& run) {
     run();
     seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  std::sort(seconds.begin(), seconds.end());
-  return seconds[seconds.size() / 2];
+  return Median(std::move(seconds));
 }
+
+// The work beside the update is started to outlast it slowed this much; an
+// update it did not outlast is run again with twice the work, this many
+// times at most (as MeasureContention covers its timed batches).
+constexpr double kCoverMargin = 3;
+constexpr int kCoverAttempts = 4;
 
 }  // namespace
 
@@ -70,6 +89,32 @@ CpuAdamWMeasurement MeasureCpuAdamW(int64_t params, int threads, int workers, in
     });
   }
   return m;
+}
+
+UpdateBesideSeconds MeasureCpuAdamWBeside(int64_t params, int threads, int repeats, const WorkBesideUpdate& work) {
+  const AdamWScalars s = Scalars();
+  Shard shard(params);
+  UpdateBesideSeconds out;
+  out.alone = MedianSeconds(repeats, [&] { shard.Update(s, threads); });
+  std::vector<double> beside;
+  double cover = kCoverMargin * out.alone;
+  for (int r = 0; r < repeats; ++r) {
+    for (int attempt = 0;; ++attempt, cover *= 2) {
+      work.start(cover);
+      const double seconds = shard.TimedUpdate(s, threads);
+      const bool covered = work.still_running();
+      work.finish();
+      if (covered) {
+        beside.push_back(seconds);
+        break;
+      }
+      if (attempt + 1 == kCoverAttempts)
+        throw std::runtime_error("the work beside the CPU AdamW ended before the update even when started for " +
+                                 std::to_string(cover) + " s");
+    }
+  }
+  out.beside = Median(std::move(beside));
+  return out;
 }
 
 }  // namespace llmplan::executor

@@ -4,10 +4,13 @@
 // by host memory bandwidth (30 bytes per parameter), so it is measured both
 // alone with every hardware thread and with every GPU's share of the host
 // running at once, which is how the node's memory bandwidth gets split when
-// each GPU's rank offloads. No LibTorch.
+// each GPU's rank offloads. MeasureCpuAdamWBeside times it again beside other
+// work that shares host memory bandwidth with it (cpu_adamw_copies.h: pinned
+// host<->device copies). No LibTorch.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "executor/profile/profile_measurements.h"
 
@@ -19,5 +22,29 @@ namespace llmplan::executor {
 // `repeats`.
 // REQUIRES: params >= 1; threads >= 1; workers >= 1; repeats >= 1.
 CpuAdamWMeasurement MeasureCpuAdamW(int64_t params, int threads, int workers, int repeats);
+
+// Work that runs beside the update in MeasureCpuAdamWBeside, on another
+// thread or a device's queues. `start(seconds)`: starts work meant to
+// outlast `seconds` and returns without waiting for it; `still_running()`,
+// asked right after the update: whether it still runs (so it ran for all of
+// the update, having started before it); `finish()`: waits for it to end.
+struct WorkBesideUpdate {
+  std::function<void(double seconds)> start;
+  std::function<bool()> still_running;
+  std::function<void()> finish;
+};
+
+struct UpdateBesideSeconds {
+  double alone = 0;   // per update, median
+  double beside = 0;  // per update while `work` ran for all of it, median
+};
+
+// `params` elements on `threads` threads: one warm-up, the median of
+// `repeats` updates alone, then of `repeats` updates each begun right after
+// `work` started for 3x that median. An update the work did not outlast is
+// run again with the work started for twice as long, up to 4 times.
+// REQUIRES: params >= 1; threads >= 1; repeats >= 1; work's functions set.
+// Throws std::runtime_error when the work never outlasted an update.
+UpdateBesideSeconds MeasureCpuAdamWBeside(int64_t params, int threads, int repeats, const WorkBesideUpdate& work);
 
 }  // namespace llmplan::executor

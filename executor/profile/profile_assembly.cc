@@ -337,6 +337,31 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
                       {"seconds", adam.workers > 1 ? adam.concurrent_seconds : adam.seconds},
                       {"params_per_s_each", concurrent}}}};
 
+  // --- CPU AdamW beside pinned copies ---
+  const CpuAdamWCopiesMeasurement* beside =
+      m.cpu_adamw_beside_copies && m.cpu_adamw_beside_copies->alone_s > 0 &&
+              m.cpu_adamw_beside_copies->beside_copies_s > 0
+          ? &*m.cpu_adamw_beside_copies
+          : nullptr;
+  if (beside) {
+    const double ratio = beside->beside_copies_s / beside->alone_s;
+    p.cpu_adam_slowdown_during_copies = std::clamp(ratio - 1, 0.0, 10.0);
+    j["cpu_adamw"]["beside_copies"] = {
+        {"how",
+         "the update alone, then right after queueing pinned cudaMemcpyAsync copies back to back both ways (device "
+         "to host and host to device, a stream each) to outlast it, counted only when both were still running at "
+         "its end; medians; one process on all the host's threads"},
+        {"params", beside->params},
+        {"threads", beside->threads},
+        {"copy_bytes", beside->copy_bytes},
+        {"alone_s", beside->alone_s},
+        {"beside_copies_s", beside->beside_copies_s},
+        {"beside_over_alone", ratio},
+        {"slowdown_during_copies", p.cpu_adam_slowdown_during_copies}};
+  } else {
+    kept.push_back("host.cpu_adam_slowdown_during_copies");
+  }
+
   // --- the local SSD (NVMe offload) ---
   if (m.disk) {
     const DiskMeasurement& d = *m.disk;
@@ -432,6 +457,9 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
   if (adam.workers > 1)
     s << ", " << FormatRate(concurrent, "params/s") << " per GPU with " << adam.workers << " at once ("
       << FormatRate(concurrent * adam.workers, "params/s") << " for the host: the profile's figure)";
+  if (beside)
+    s << "; beside pinned copies of " << FormatBytes(beside->copy_bytes) << " both ways "
+      << Times(beside->beside_copies_s / beside->alone_s) << " its time alone (host.cpu_adam_slowdown_during_copies)";
   s << ". ";
   if (m.disk)
     s << "NVMe (" << m.disk->dir << (m.disk->direct ? ", O_DIRECT" : ", buffered: O_DIRECT refused") << "): "

@@ -112,6 +112,19 @@ struct CpuAdamWMeasurement {
   double concurrent_seconds = 0;
 };
 
+// The CPU AdamW beside pinned copies (CUDA, cpu_adamw_copies.h): the update
+// of `params` elements on `threads` threads alone and while copies of
+// `copy_bytes` run back to back both ways (device to host and host to
+// device, a stream each), as the offloaded optimizer's gradient and
+// parameter copies run beside its host update; medians of the repetitions.
+struct CpuAdamWCopiesMeasurement {
+  int64_t params = 0;
+  int threads = 0;
+  double copy_bytes = 0;       // per copy, each way, pinned host memory
+  double alone_s = 0;          // per update
+  double beside_copies_s = 0;  // per update, the copies running for all of it
+};
+
 // The local SSD, as NVMe offload streams it (executor/profile/disk_rate.h).
 struct DiskMeasurement {
   std::string dir;          // --nvme-dir
@@ -145,6 +158,7 @@ struct ProfileMeasurements {
   std::vector<CollectiveMeasurement> collectives;      // CUDA, 2+ GPUs; the first among all GPUs measured
   std::optional<ContentionMeasurement> contention;     // CUDA, 2+ GPUs: among all GPUs measured
   CpuAdamWMeasurement cpu_adamw;
+  std::optional<CpuAdamWCopiesMeasurement> cpu_adamw_beside_copies;  // CUDA only
   std::optional<DiskMeasurement> disk;                 // with --nvme-dir
   std::optional<FixedMemoryMeasurement> fixed_memory;  // CUDA only
   // What could not be measured and why ("pinned copies: cudaHostAlloc failed ...").

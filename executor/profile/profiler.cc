@@ -18,6 +18,7 @@
 #include "executor/hardware/cuda_machine.h"
 #include "executor/hardware/host_info.h"
 #include "executor/profile/contention.h"
+#include "executor/profile/cpu_adamw_copies.h"
 #include "executor/profile/cpu_adamw_rate.h"
 #include "executor/profile/disk_rate.h"
 #include "planner/nvme_offload.h"
@@ -96,10 +97,13 @@ void MeasureMemoryAndLaunch(const c10::Device& device, double copy_bytes, double
   progress.End(note);
 }
 
+// Parameters per CPU AdamW update the profile times.
+int64_t AdamParams(bool quick) { return int64_t{quick ? 8 : 64} << 20; }
+
 void MeasureAdam(const HostInfo& host, int workers, bool quick, ProfileMeasurements& m, ProfileProgress& progress,
                  size_t stage) {
   progress.Begin(stage);
-  m.cpu_adamw = MeasureCpuAdamW(int64_t{quick ? 8 : 64} << 20, host.threads, workers, quick ? 2 : 3);
+  m.cpu_adamw = MeasureCpuAdamW(AdamParams(quick), host.threads, workers, quick ? 2 : 3);
   std::string note = FormatRate(static_cast<double>(m.cpu_adamw.params) / m.cpu_adamw.seconds, "params/s") + " alone";
   if (workers > 1)
     note += ", " + FormatRate(static_cast<double>(m.cpu_adamw.params_each) / m.cpu_adamw.concurrent_seconds, "params/s") +
@@ -161,6 +165,7 @@ void MeasureCuda(const HostInfo& host, const CudaMachine& machine, int collectiv
   const std::vector<GemmShape> gemms = ProfileGemmShapes(true, quick);
   const std::vector<AttentionShape> attention = ProfileAttentionShapes(true, quick);
   const double copy_bytes = (quick ? 256 : 1024) * kMiB, add_bytes = 64 * kMiB, pinned_bytes = (quick ? 256 : 1024) * kMiB;
+  const double beside_bytes = (quick ? 64 : 256) * kMiB;  // per copy beside the CPU AdamW
   const int kernels = quick ? 500 : 2000;
   const int gpus = static_cast<int>(machine.devices.size());
   const std::vector<double> sizes = quick ? std::vector<double>{1 * kMiB, 16 * kMiB, 256 * kMiB}
@@ -184,7 +189,8 @@ void MeasureCuda(const HostInfo& host, const CudaMachine& machine, int collectiv
       {"pinned host<->device copies of " + FormatBytes(pinned_bytes) + ", each way and both at once; fixed memory", 3},
       {"CPU AdamW: " + std::to_string(quick ? 8 : 64) + " Mi parameters alone and on each of " + std::to_string(gpus) +
            " GPUs' share of " + std::to_string(host.threads) + " threads",
-       5 * scale}};
+       5 * scale},
+      {"CPU AdamW beside pinned copies of " + FormatBytes(beside_bytes) + " both ways", quick ? 0.3 : 1.0}};
   for (const std::vector<int>& g : groups)
     stages.push_back({"NCCL all-gather, reduce-scatter, all-reduce among " + std::to_string(g.size()) + " GPUs, bf16, " +
                           FormatBytes(sizes.front()) + " to " + FormatBytes(sizes.back()),
@@ -239,6 +245,18 @@ void MeasureCuda(const HostInfo& host, const CudaMachine& machine, int collectiv
                FormatBytes(fixed.used_after_compute_bytes - fixed.reserved_after_compute_bytes));
 
   MeasureAdam(host, gpus, quick, m, progress, ++stage);
+  progress.Begin(++stage);
+  try {
+    m.cpu_adamw_beside_copies =
+        MeasureCpuAdamWBesideCopies(0, AdamParams(quick), host.threads, beside_bytes, quick ? 2 : 3);
+    char beside[96];
+    std::snprintf(beside, sizeof beside, "x%.2f its time alone",
+                  m.cpu_adamw_beside_copies->beside_copies_s / m.cpu_adamw_beside_copies->alone_s);
+    progress.End(beside);
+  } catch (const std::runtime_error& e) {
+    m.skipped.push_back(std::string("CPU AdamW beside pinned copies (") + e.what() + ")");
+    progress.End(std::string("failed: ") + e.what());
+  }
 
   for (const std::vector<int>& group : groups) {
     progress.Begin(++stage);

@@ -139,6 +139,7 @@ StepInterpreter::StepInterpreter(const Plan& plan, const LlamaModel& model, std:
       comms_(comms),
       offload_(OffloadsOptimizer(plan.offload)),
       params_on_host_(OffloadsParams(plan.offload)),
+      stages_every_unit_(plan.StagesEveryUnit()),
       recorder_(device, std::max<int>(1, static_cast<int>(program_.ops.size()))),
       copies_(std::make_unique<CopyStreams>(device)) {
   const int S = plan.shard_group_size, R = plan.ReplicaGroups();
@@ -168,16 +169,20 @@ StepInterpreter::StepInterpreter(const Plan& plan, const LlamaModel& model, std:
                 "op \"", op.name, "\" needs the world communicator");
   }
   if (offload_) {
-    // The staging slots the program's copies and updates take in turn
-    // (kOffloadStagingSlots): unit u uses slot u % slots.
+    // The host staging the program's copies and updates use
+    // (Plan::offload_staging): a buffer per unit, or kOffloadStagingSlots
+    // slots the size of the largest unit's shard that the units take in
+    // turn. Unit u's is buffer u % buffers either way (HostGradFor).
     int64_t largest = 0;
     for (const auto& unit : units_) largest = std::max(largest, unit.shard_numel());
-    const int slots = std::min<int>(kOffloadStagingSlots, static_cast<int>(units_.size()));
-    for (int k = 0; k < slots; ++k) {
-      host_grad_slots_.push_back(PinnedHostZeros(largest, at::kFloat));
+    const int units = static_cast<int>(units_.size());
+    const int buffers = stages_every_unit_ ? units : std::min(kOffloadStagingSlots, units);
+    for (int k = 0; k < buffers; ++k) {
+      const int64_t numel = stages_every_unit_ ? units_[k].shard_numel() : largest;
+      host_grads_.push_back(PinnedHostZeros(numel, at::kFloat));
       // With the parameters streamed, each unit's own compute shard is on the
-      // host already: the CPU update writes it there, no slot needed.
-      if (!params_on_host_) host_compute_slots_.push_back(PinnedHostZeros(largest, units_[0].compute_dtype()));
+      // host already: the CPU update writes it there, no staging needed.
+      if (!params_on_host_) host_compute_.push_back(PinnedHostZeros(numel, units_[k].compute_dtype()));
     }
   }
   rope_ = model.MakeRopeTable(plan.seq_len, device, ComputeDtype(plan));
@@ -609,44 +614,47 @@ void StepInterpreter::CopyGradsToHost(const StepOp& op) {
     copies_->DeviceWait(op.id);
     return;
   }
-  // The previous step's gradient (the one this Run applies); nothing to
-  // copy when there is no update to apply.
+  // Staged per unit: this step's gradient, final now (the update gate has
+  // not spoken yet: the next Run or FinishUpdate applies it, or not).
+  // Through the slots: the previous step's, the one this Run applies, and
+  // nothing to copy when there is no update to apply.
   at::Tensor src = unit.grad();
-  at::Tensor dst = HostGradSlot(op.unit);
-  const bool applies = applying_.has_value();
+  at::Tensor dst = HostGradFor(op.unit);
+  const bool copies = stages_every_unit_ || applying_.has_value();
   copies_->Run(op.stream, op.id, recorder_, [&] {
-    if (applies) dst.copy_(src, /*non_blocking=*/true);
+    if (copies) dst.copy_(src, /*non_blocking=*/true);
   });
 }
 
-at::Tensor StepInterpreter::HostGradSlot(int unit) {
-  return host_grad_slots_.at(unit % host_grad_slots_.size()).narrow(0, 0, units_.at(unit).shard_numel());
+at::Tensor StepInterpreter::HostGradFor(int unit) {
+  return host_grads_.at(unit % host_grads_.size()).narrow(0, 0, units_.at(unit).shard_numel());
 }
 
 at::Tensor StepInterpreter::HostComputeFor(int unit) {
   FlatUnit& u = units_.at(unit);
   if (params_on_host_) return u.compute_shard();
-  return host_compute_slots_.at(unit % host_compute_slots_.size()).narrow(0, 0, u.shard_numel());
+  return host_compute_.at(unit % host_compute_.size()).narrow(0, 0, u.shard_numel());
 }
 
 void StepInterpreter::CpuOptimizerStep(const StepOp& op) {
   TORCH_CHECK(offload_, "CPU optimizer step in a program without offload");
   if (!applying_) return;
   FlatUnit& unit = units_.at(op.unit);
-  optimizer_.UpdateOnHost(op.unit, unit.master(), HostGradSlot(op.unit), HostComputeFor(op.unit), *applying_);
+  optimizer_.UpdateOnHost(op.unit, unit.master(), HostGradFor(op.unit), HostComputeFor(op.unit), *applying_);
 }
 
 void StepInterpreter::FinishUpdate() {
   const std::optional<AdamWScalars> update = std::exchange(next_update_, std::nullopt);
   if (!update) return;
   at::NoGradGuard no_grad;
-  // Unit by unit through the same slots, synchronously: Run has returned, so
-  // no copy of it still reads or writes them.
+  // Unit by unit through the same staging, synchronously: Run has returned,
+  // so no copy of it still reads or writes it. Staged per unit the gradients
+  // came down during Run; through the slots they still wait on the device.
   for (size_t u = 0; u < units_.size(); ++u) {
     FlatUnit& unit = units_[u];
     const int i = static_cast<int>(u);
-    at::Tensor grad = HostGradSlot(i), compute = HostComputeFor(i);
-    grad.copy_(unit.grad());
+    at::Tensor grad = HostGradFor(i), compute = HostComputeFor(i);
+    if (!stages_every_unit_) grad.copy_(unit.grad());
     optimizer_.UpdateOnHost(i, unit.master(), grad, compute, *update);
     // Streamed parameters: the update wrote the host shard the gathers read.
     if (!params_on_host_) unit.compute_shard().copy_(compute);  // synchronous from pinned memory

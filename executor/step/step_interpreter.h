@@ -39,15 +39,22 @@
 //   adamw           the fused update of the unit's fp32 shard, writing the
 //                   compute-dtype shard the next gathers send.
 //   d2h grads / cpu adamw / h2d params   the offloaded optimizer: a step's
-//                   gradient shards stay unclipped in the units' fp32
-//                   gradients (clip only reads the norm); in the NEXT Run,
-//                   beside its first forward, each is copied on its own
-//                   stream into a pinned staging slot, the threaded CPU
-//                   AdamW (cpu_adamw.h) applies it with that step's learning
-//                   rate and clipping factor, writing a pinned compute-dtype
-//                   slot that is copied up into the compute shard. The run's
-//                   first step (and the step after FinishUpdate) has nothing
-//                   to apply: its three ops run as no-ops.
+//                   gradient shards stay unclipped (clip only reads the
+//                   norm) and are applied in the NEXT Run, beside its first
+//                   forward, by the threaded CPU AdamW (cpu_adamw.h) with
+//                   that step's learning rate and clipping factor, writing
+//                   pinned compute-dtype staging that is copied up into the
+//                   compute shard. Where the gradient waits
+//                   (Plan::offload_staging): staged per unit, each is copied
+//                   on its own stream into the unit's pinned host buffer in
+//                   its step's backward, right after its last reduction;
+//                   through the slots it stays in the unit's fp32 gradient
+//                   and the next Run copies it into pinned slot
+//                   u % kOffloadStagingSlots beside the update of the unit
+//                   before. The run's first step (and the step after
+//                   FinishUpdate) has nothing to apply: its cpu adamw and
+//                   h2d params ops (and, through the slots, its d2h grads)
+//                   run as no-ops.
 //   h2d master / adamw / d2h master   offload params: the fp32 master lives in
 //                   pinned host memory; a device copy of it exists only from
 //                   its h2d op to its d2h op, around the GPU AdamW.
@@ -190,10 +197,10 @@ class StepInterpreter {
   void CopyGradsToHost(const StepOp& op);
   void CpuOptimizerStep(const StepOp& op);
   void CopyParamsToDevice(const StepOp& op);
-  // Unit u's view of its gradient slot, and of where its CPU update writes
-  // the compute-dtype shard: its slot, or (parameters streamed) the unit's
-  // own host shard.
-  at::Tensor HostGradSlot(int unit);
+  // Unit u's view of its gradient staging (its buffer, or its slot), and of
+  // where its CPU update writes the compute-dtype shard: its buffer or slot,
+  // or (parameters streamed) the unit's own host shard.
+  at::Tensor HostGradFor(int unit);
   at::Tensor HostComputeFor(int unit);
   bool Sharded(int unit) const { return units_.at(unit).group_size() > 1; }
 
@@ -207,12 +214,14 @@ class StepInterpreter {
   StepComms comms_;
   bool offload_ = false;         // the optimizer runs on the host
   bool params_on_host_ = false;  // the fp32 master (and, with offload_, the compute shard) lives on the host
+  bool stages_every_unit_ = false;  // offload_ with a host buffer per unit (Plan::offload_staging), not slots
   std::set<Key> recomputed_;  // (unit, micro-batch) with a recompute op: forward keeps only the input
   StepRecorder recorder_;
-  // Offload: the pinned staging slots (fp32 gradient shards down,
-  // compute-dtype shards up; kOffloadStagingSlots, each the largest unit's
-  // shard) and the copy streams.
-  std::vector<at::Tensor> host_grad_slots_, host_compute_slots_;
+  // Offload: the pinned host staging (fp32 gradient shards down,
+  // compute-dtype shards up; Plan::offload_staging: one buffer per unit, or
+  // kOffloadStagingSlots each the largest unit's shard, unit u taking slot
+  // u % kOffloadStagingSlots) and the copy streams.
+  std::vector<at::Tensor> host_grads_, host_compute_;
   std::unique_ptr<CopyStreams> copies_;
   std::map<int, std::unique_ptr<Pending>> pending_;  // op id -> collective in flight
 

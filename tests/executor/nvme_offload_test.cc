@@ -3,7 +3,8 @@
 // few pages, of several blocks with a short last one, through O_DIRECT, on
 // tmpfs and buffered — and training with the state on
 // NVMe equals training with it in host memory, bit for bit, in one process
-// (offload optimizer and optimizer+params, with gradient accumulation) and
+// (offload optimizer and optimizer+params, with gradient accumulation, the
+// host run's gradients through the staging slots, the NVMe run's per unit) and
 // through `llmplan run` on 2 Gloo ranks, where a run stopped at step 3 and
 // resumed from its checkpoint ends equal to an uninterrupted one. Bad input
 // (no --nvme-dir, a missing directory, --nvme-dir for a plan without NVMe)
@@ -180,8 +181,9 @@ TEST_F(NvmeOffload, TrainingEqualsHostOffloadBitForBit) {
     }
     const std::string name = OffloadName(offload) == "optimizer" ? "optimizer" : "both";
     testing::PatternBatches host_data(plan.micro_batch, plan.seq_len, 200, 5), nvme_data(plan.micro_batch, plan.seq_len, 200, 5);
-    Train(Config(plan, Path(name + "-host"), ""), host_data);
+    Train(Config(plan, Path(name + "-host"), ""), host_data);  // through the staging slots
     plan.offload_to = OffloadTier::kNvme;
+    plan.offload_staging = OffloadStaging::kUnit;  // and each form gives the same values
     Train(Config(plan, Path(name + "-nvme"), Path("nvme")), nvme_data);
     const std::vector<double> host = Losses(Path(name + "-host")), nvme = Losses(Path(name + "-nvme"));
     EXPECT_EQ(host.size(), 3u);

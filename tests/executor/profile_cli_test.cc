@@ -93,6 +93,12 @@ TEST_F(ProfileCliTest, QuickCpuProfileLoadsWithRatesACpuCanReach) {
   EXPECT_TRUE(m.contains("memory_bandwidth"));
   EXPECT_TRUE(m.contains("cpu_adamw"));
   EXPECT_EQ(m["from_base"]["profile"], "cpu");
+  // No device, no pinned copies beside the CPU AdamW: the base's 0.
+  EXPECT_EQ(p.cpu_adam_slowdown_during_copies, 0);
+  EXPECT_FALSE(m["cpu_adamw"].contains("beside_copies"));
+  const auto& kept = m["from_base"]["fields"];
+  EXPECT_NE(std::find(kept.begin(), kept.end(), "host.cpu_adam_slowdown_during_copies"), kept.end()) << kept.dump();
+  EXPECT_EQ(j["host"]["cpu_adam_slowdown_during_copies"], 0);
 }
 
 TEST_F(ProfileCliTest, EstimatePlansWithTheMeasuredProfile) {

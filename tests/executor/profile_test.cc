@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "executor/profile/cpu_adamw_rate.h"
 #include "executor/profile/gemm_fit.h"
 #include "executor/profile/profile_assembly.h"
 #include "executor/profile/profile_shapes.h"
@@ -114,6 +116,8 @@ ProfileMeasurements TwoGpuMeasurements() {
     contention.collectives.push_back({ratios[i].first, bytes, alone, alone * ratios[i].second});
   }
   m.contention = contention;
+  // The CPU AdamW 1.19x slower beside pinned copies both ways.
+  m.cpu_adamw_beside_copies = CpuAdamWCopiesMeasurement{64 << 20, 32, 256 << 20, 0.03, 0.03 * 1.19};
   return m;
 }
 
@@ -192,6 +196,62 @@ TEST(AssembleProfileTest, ContentionGivesBothSlowdownsAndItsRawTable) {
   const AssembledProfile f = AssembleProfile(faster, Builtin("h200-sxm"), "faster");
   EXPECT_EQ(f.profile.collective_slowdown_during_compute, 0);
   EXPECT_EQ(f.profile.compute_slowdown_during_collectives, 0);
+}
+
+TEST(AssembleProfileTest, CpuAdamWBesideCopiesGivesItsSlowdownAndTable) {
+  const AssembledProfile a = AssembleProfile(TwoGpuMeasurements(), Builtin("h200-sxm"), "h200-measured");
+  EXPECT_NEAR(a.profile.cpu_adam_slowdown_during_copies, 0.19, 1e-12);
+  EXPECT_EQ(std::find(a.from_base.begin(), a.from_base.end(), "host.cpu_adam_slowdown_during_copies"),
+            a.from_base.end());
+  const nlohmann::json& b = a.measurements["cpu_adamw"]["beside_copies"];
+  EXPECT_EQ(b["copy_bytes"], 256 << 20);
+  EXPECT_NEAR(b["beside_over_alone"].get<double>(), 1.19, 1e-12);
+  EXPECT_TRUE(b.contains("how"));
+  EXPECT_NE(a.profile.source.find("beside pinned copies of 256.0 MiB both ways x1.19 its time alone"),
+            std::string::npos)
+      << a.profile.source;
+  EXPECT_EQ(HardwareProfileFromJson(ProfileFileJson(a), "test").cpu_adam_slowdown_during_copies,
+            a.profile.cpu_adam_slowdown_during_copies);
+
+  // Faster beside the copies (noise): no slowdown, never a negative one.
+  ProfileMeasurements faster = TwoGpuMeasurements();
+  faster.cpu_adamw_beside_copies->beside_copies_s = 0.97 * faster.cpu_adamw_beside_copies->alone_s;
+  EXPECT_EQ(AssembleProfile(faster, Builtin("h200-sxm"), "faster").profile.cpu_adam_slowdown_during_copies, 0);
+
+  // Not measured (no GPU, or it failed): the base's, and said so.
+  ProfileMeasurements none = TwoGpuMeasurements();
+  none.cpu_adamw_beside_copies.reset();
+  HardwareProfile base = Builtin("h200-sxm");
+  base.cpu_adam_slowdown_during_copies = 0.1;
+  const AssembledProfile kept = AssembleProfile(none, base, "kept");
+  EXPECT_EQ(kept.profile.cpu_adam_slowdown_during_copies, 0.1);
+  EXPECT_NE(std::find(kept.from_base.begin(), kept.from_base.end(), "host.cpu_adam_slowdown_during_copies"),
+            kept.from_base.end());
+  EXPECT_FALSE(kept.measurements["cpu_adamw"].contains("beside_copies"));
+}
+
+// The timing of MeasureCpuAdamWBeside against work that ends too early the
+// first time: that update is not counted, and the work is started for twice
+// as long; then every update counts.
+TEST(CpuAdamWBesideTest, AnUpdateCountsOnlyWhenTheWorkOutlastedIt) {
+  std::vector<double> started;
+  int asked = 0, finished = 0;
+  WorkBesideUpdate work;
+  work.start = [&](double seconds) { started.push_back(seconds); };
+  work.still_running = [&] { return ++asked > 1; };
+  work.finish = [&] { ++finished; };
+  const UpdateBesideSeconds t = MeasureCpuAdamWBeside(1 << 16, 1, 3, work);
+  EXPECT_GT(t.alone, 0);
+  EXPECT_GT(t.beside, 0);
+  ASSERT_EQ(started.size(), 4u);  // one not counted, three counted
+  EXPECT_NEAR(started[0], 3 * t.alone, 1e-12);
+  EXPECT_DOUBLE_EQ(started[1], 2 * started[0]);
+  EXPECT_DOUBLE_EQ(started[3], started[1]);
+  EXPECT_EQ(finished, 4);
+
+  // Work that never outlasts an update: an error, not a number.
+  work.still_running = [] { return false; };
+  EXPECT_THROW(MeasureCpuAdamWBeside(1 << 16, 1, 1, work), std::runtime_error);
 }
 
 TEST(AssembleProfileTest, WithoutContentionBothSlowdownsComeFromTheBase) {

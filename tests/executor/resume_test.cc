@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <map>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -136,23 +137,43 @@ TEST_F(ResumeTest, ResumedRunEqualsUninterruptedBitForBit) {
 // (beside its first forward), so a checkpoint taken mid-run must first finish
 // the pending update, and the run must go on from there unchanged. Saved at
 // step 2 of 4 and resumed from that checkpoint to 6: every loss and the final
-// parameters equal 6 uninterrupted steps bit for bit.
+// parameters equal 6 uninterrupted steps bit for bit — with the gradients
+// staged per unit and through the slots alike, the two forms equal to each
+// other, and a checkpoint written under one form resumed under the other.
 TEST_F(ResumeTest, OffloadedOptimizerResumesBitForBitFromAMidRunCheckpoint) {
-  // A low clip so every step scales its gradients (the scale travels with the pending update).
-  const std::string plan = WithGradClip(MakePlan(2, "full_shard", 2, "--offload optimizer"), 0.05, "offload.plan.json");
-  CommandResult straight = Run(plan, 6, "straight");
-  ASSERT_EQ(straight.status, 0) << straight.output;
-  CommandResult first = Run(plan, 4, "first", "--ckpt-dir " + Path("ckpt") + " --ckpt-every 2");
-  ASSERT_EQ(first.status, 0) << first.output;
-  const std::vector<double> all = Losses(Path("straight"));
-  ASSERT_EQ(all.size(), 6u);
-  EXPECT_EQ(Losses(Path("first")), std::vector<double>(all.begin(), all.begin() + 4));
-  fs::remove_all(Path("ckpt/step-00000004"));  // resume from the mid-run checkpoint
-  CommandResult second = Run(plan, 6, "second", "--ckpt-dir " + Path("ckpt") + " --resume");
-  ASSERT_EQ(second.status, 0) << second.output;
-  EXPECT_NE(second.output.find("(step 2"), std::string::npos) << second.output;
-  EXPECT_EQ(Losses(Path("second"), 3), std::vector<double>(all.begin() + 2, all.end()));
-  ExpectSameWeights(Path("second/final.safetensors"), Path("straight/final.safetensors"), 0);
+  std::map<std::string, std::string> plans;
+  for (const std::string form : {"unit", "slots"}) {
+    SCOPED_TRACE("offload_staging " + form);
+    // A low clip so every step scales its gradients (the scale travels with the pending update).
+    const std::string plan = plans[form] = WithGradClip(
+        MakePlan(2, "full_shard", 2, "--offload optimizer --offload-staging " + form), 0.05, form + ".plan.json");
+    EXPECT_EQ(nlohmann::json::parse(std::ifstream(plan))["offload_staging"], form);
+    CommandResult straight = Run(plan, 6, "straight-" + form);
+    ASSERT_EQ(straight.status, 0) << straight.output;
+    CommandResult first = Run(plan, 4, "first-" + form, "--ckpt-dir " + Path("ckpt-" + form) + " --ckpt-every 2");
+    ASSERT_EQ(first.status, 0) << first.output;
+    const std::vector<double> all = Losses(Path("straight-" + form));
+    ASSERT_EQ(all.size(), 6u);
+    EXPECT_EQ(Losses(Path("first-" + form)), std::vector<double>(all.begin(), all.begin() + 4));
+    fs::remove_all(Path("ckpt-" + form + "/step-00000004"));  // resume from the mid-run checkpoint
+    CommandResult second = Run(plan, 6, "second-" + form, "--ckpt-dir " + Path("ckpt-" + form) + " --resume");
+    ASSERT_EQ(second.status, 0) << second.output;
+    EXPECT_NE(second.output.find("(step 2"), std::string::npos) << second.output;
+    EXPECT_EQ(Losses(Path("second-" + form), 3), std::vector<double>(all.begin() + 2, all.end()));
+    ExpectSameWeights(Path("second-" + form + "/final.safetensors"),
+                      Path("straight-" + form + "/final.safetensors"), 0);
+  }
+  EXPECT_EQ(Losses(Path("straight-unit")), Losses(Path("straight-slots")));
+  ExpectSameWeights(Path("straight-unit/final.safetensors"), Path("straight-slots/final.safetensors"), 0);
+  // Written through the slots, resumed staged per unit, and the other way.
+  const std::vector<double> all = Losses(Path("straight-unit"));
+  for (const auto& [saved, resumed] : {std::pair<std::string, std::string>{"slots", "unit"}, {"unit", "slots"}}) {
+    CommandResult crossed = Run(plans[resumed], 6, "crossed-" + resumed,
+                                "--resume-from " + Path("ckpt-" + saved + "/step-00000002"));
+    ASSERT_EQ(crossed.status, 0) << crossed.output;
+    EXPECT_EQ(Losses(Path("crossed-" + resumed), 3), std::vector<double>(all.begin() + 2, all.end())) << saved;
+    ExpectSameWeights(Path("crossed-" + resumed + "/final.safetensors"), Path("straight-unit/final.safetensors"), 0);
+  }
 }
 
 // Delayed update: a step applies the previous step's gradients while it

@@ -218,21 +218,29 @@ double MaxDifference(const fs::path& a, const fs::path& b) {
 
 TEST_F(ShardedGpuTest, OffloadPinsWhatThePlannerCounts) {
   // bf16 compute, so the staging copy is 2 bytes a parameter as in real runs.
-  Plan plan = testing::TestPlan("tiny-llama", 2, 2, 64, DType::kBF16);
-  plan.strategy = ShardingStrategy::kNoShard;
-  NormaliseGrouping(plan);
-  plan.offload = Offload::kOptimizer;
-  plan.Validate();
-  const double predicted = BuildStepProgram(plan, testing::CpuProfile()).host.Total();
-  ASSERT_EQ(PinnedHostBytes(), 0);
-  RankRows data(plan.model.vocab, 2, 1, 0);
-  TrainConfig config = GpuConfig(plan, "");
-  config.device = "cuda:0";
-  const RunSummary summary = Train(config, data);
-  EXPECT_EQ(static_cast<double>(summary.peak_pinned_host_bytes), predicted)
-      << "master 4 + AdamW 8 + gradient staging 4 + bf16 staging 2 bytes a parameter";
-  EXPECT_GE(summary.peak_host_rss_bytes, summary.peak_pinned_host_bytes);
-  EXPECT_EQ(PinnedHostBytes(), 0) << "pinned buffers outlived the run";
+  // Both staging forms: master 4 + AdamW 8 bytes a parameter, and gradient
+  // staging 4 + bf16 staging 2 bytes per element of every unit's shard, or
+  // of kOffloadStagingSlots slots the size of the largest.
+  for (OffloadStaging staging : {OffloadStaging::kUnit, OffloadStaging::kSlots}) {
+    SCOPED_TRACE("offload_staging " + OffloadStagingName(staging));
+    Plan plan = testing::TestPlan("tiny-llama", 2, 2, 64, DType::kBF16);
+    plan.strategy = ShardingStrategy::kNoShard;
+    NormaliseGrouping(plan);
+    plan.offload = Offload::kOptimizer;
+    plan.offload_staging = staging;
+    plan.Validate();
+    const HostMemory predicted = BuildStepProgram(plan, testing::CpuProfile()).host;
+    ASSERT_EQ(PinnedHostBytes(), 0);
+    RankRows data(plan.model.vocab, 2, 1, 0);
+    TrainConfig config = GpuConfig(plan, "");
+    config.device = "cuda:0";
+    const RunSummary summary = Train(config, data);
+    EXPECT_EQ(static_cast<double>(summary.peak_pinned_host_bytes), predicted.Total())
+        << "master " << predicted.master_params << " + AdamW " << predicted.optimizer_state << " + gradient staging "
+        << predicted.grad_staging << " + bf16 staging " << predicted.param_staging;
+    EXPECT_GE(summary.peak_host_rss_bytes, summary.peak_pinned_host_bytes);
+    EXPECT_EQ(PinnedHostBytes(), 0) << "pinned buffers outlived the run";
+  }
 }
 
 TEST_F(ShardedGpuTest, TwoGpuFullShardEqualsOneGpu) {

@@ -65,6 +65,8 @@ struct Job {
   int world = 2;
   int shard_group = 0;  // hybrid only
   Offload offload = Offload::kNone;
+  OffloadStaging offload_staging = OffloadStaging::kSlots;
+  double grad_clip = 1.0;
   int64_t micro_batch = 1;  // per rank
   int64_t grad_accum = 2;
   std::vector<int> checkpoint_layers;
@@ -77,6 +79,8 @@ struct Job {
                         {"world", world},
                         {"shard_group", shard_group},
                         {"offload", OffloadName(offload)},
+                        {"offload_staging", OffloadStagingName(offload_staging)},
+                        {"grad_clip", grad_clip},
                         {"micro_batch", micro_batch},
                         {"grad_accum", grad_accum},
                         {"checkpoint_layers", checkpoint_layers},
@@ -92,6 +96,8 @@ struct Job {
     job.world = j["world"].get<int>();
     job.shard_group = j["shard_group"].get<int>();
     job.offload = ParseOffload(j["offload"].get<std::string>());
+    job.offload_staging = ParseOffloadStaging(j["offload_staging"].get<std::string>());
+    job.grad_clip = j["grad_clip"].get<double>();
     job.micro_batch = j["micro_batch"].get<int64_t>();
     job.grad_accum = j["grad_accum"].get<int64_t>();
     job.checkpoint_layers = j["checkpoint_layers"].get<std::vector<int>>();
@@ -108,9 +114,11 @@ struct Job {
     NormaliseGrouping(p);
     if (strategy == ShardingStrategy::kHybridShard) p.shard_group_size = shard_group;
     p.offload = offload;
+    p.offload_staging = offload_staging;
     p.checkpoint_layers = checkpoint_layers;
     p.replicate_edges = replicate_edges;
     p.optimizer.lr = 1e-3;
+    p.optimizer.grad_clip = grad_clip;
     p.Validate();
     return p;
   }
@@ -118,6 +126,7 @@ struct Job {
   Plan ReferencePlan() const {
     Plan p = testing::TestPlan(preset, micro_batch * world, grad_accum, kSeqLen);
     p.optimizer.lr = 1e-3;
+    p.optimizer.grad_clip = grad_clip;
     p.Validate();
     return p;
   }
@@ -242,7 +251,7 @@ class ShardedTraining : public ::testing::Test {
   // in a test) and returns its run directory.
   fs::path Reference(const Job& job) {
     const fs::path run = dir_ / ("reference-" + job.preset + "-" + std::to_string(job.micro_batch * job.world) + "x" +
-                                 std::to_string(job.grad_accum));
+                                 std::to_string(job.grad_accum) + "-clip" + std::to_string(job.grad_clip));
     if (fs::exists(run / "final.safetensors")) return run;
     const Plan plan = job.ReferencePlan();
     if (!job.tokens.empty()) {
@@ -346,6 +355,31 @@ TEST_F(ShardedTraining, OffloadedParametersEqualDeviceParameters) {
   job.offload = Offload::kOptimizer;
   const fs::path optimizer = Check(job, "full_shard_offload_optimizer");
   EXPECT_EQ(MaxDifference(both / "final.safetensors", optimizer / "final.safetensors"), 0);
+}
+
+TEST_F(ShardedTraining, OffloadStagingPerUnitEqualsSlotsBitForBit) {
+  // Two Gloo ranks, every step clipping (0.05): the gradients staged per
+  // unit in the backward (after the reduce-scatter, or no_shard's
+  // all-reduce) give the same parameters as the slots, to the bit.
+  Job job;
+  job.grad_clip = 0.05;
+  job.offload = Offload::kOptimizer;
+  for (ShardingStrategy s : {ShardingStrategy::kFullShard, ShardingStrategy::kNoShard}) {
+    job.strategy = s;
+    job.offload_staging = OffloadStaging::kUnit;
+    const fs::path unit = Check(job, StrategyName(s) + "_unit");
+    job.offload_staging = OffloadStaging::kSlots;
+    const fs::path slots = Check(job, StrategyName(s) + "_slots");
+    EXPECT_EQ(MaxDifference(unit / "final.safetensors", slots / "final.safetensors"), 0) << StrategyName(s);
+    EXPECT_EQ(Logged(unit, "loss"), Logged(slots, "loss")) << StrategyName(s);
+  }
+  // Streamed parameters (optimizer+params) staged per unit: the same as the
+  // optimizer alone through the slots.
+  job.strategy = ShardingStrategy::kFullShard;
+  job.offload = Offload::kOptimizerAndParams;
+  job.offload_staging = OffloadStaging::kUnit;
+  const fs::path both = Check(job, "full_shard_both_unit");
+  EXPECT_EQ(MaxDifference(both / "final.safetensors", dir_ / "full_shard_slots" / "run" / "final.safetensors"), 0);
 }
 
 TEST_F(ShardedTraining, ReplicatedEdgesEqualOneProcess) {

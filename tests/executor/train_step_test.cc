@@ -119,9 +119,14 @@ TEST(TrainStepTest, ExecutesExactlyTheProgramInItsOrder) {
   Plan delayed = TestPlan("tiny-qwen2", 4, 1, 16);
   delayed.offload = Offload::kOptimizer;
   delayed.delayed_update = true;
-  for (const Plan& plan : {plain, checkpointed, sharded_on_one, offloaded, params_offloaded, all_offloaded, delayed}) {
+  Plan staged_per_unit = offloaded;
+  staged_per_unit.offload_staging = OffloadStaging::kUnit;
+  Plan all_staged_per_unit = all_offloaded;
+  all_staged_per_unit.offload_staging = OffloadStaging::kUnit;
+  for (const Plan& plan : {plain, checkpointed, sharded_on_one, offloaded, params_offloaded, all_offloaded, delayed,
+                           staged_per_unit, all_staged_per_unit}) {
     SCOPED_TRACE(StrategyName(plan.strategy) + " ckpt " + FormatLayerList(plan.checkpoint_layers) + " offload " +
-                 OffloadName(plan.offload));
+                 OffloadName(plan.offload) + " staging " + OffloadStagingName(plan.offload_staging));
     Rig rig(plan);
     // Two steps: an offloaded optimizer's update runs in the second.
     for (int step = 0; step < 2; ++step) {
@@ -203,6 +208,54 @@ TEST(TrainStepTest, OffloadedOptimizerEqualsDeviceOptimizer) {
     }
     const double diff = (a.AllMasters() - b.AllMasters()).abs().max().item<double>();
     EXPECT_LT(diff, 5e-6) << StrategyName(strategy);  // 0.2% of lr: rounding carried through 3 steps
+  }
+}
+
+TEST(TrainStepTest, OffloadStagingPerUnitEqualsSlotsBitForBit) {
+  // The same CPU AdamW on the same gradients, whether each gradient came
+  // down in its step's backward into the unit's own host buffer or at the
+  // next step's start through a slot: the same parameters to the bit, at
+  // every step (equal losses), with every step clipping (the factor travels
+  // with the pending update), with one and two micro-batches per step, and
+  // with an update the gate refuses (its gradient came down, per unit, and
+  // must not be applied).
+  for (ShardingStrategy strategy : {ShardingStrategy::kNoShard, ShardingStrategy::kFullShard}) {
+    for (Offload offload : {Offload::kOptimizer, Offload::kOptimizerAndParams}) {
+      if (offload == Offload::kOptimizerAndParams && strategy == ShardingStrategy::kNoShard) continue;
+      for (int64_t grad_accum : {1, 2}) {
+        SCOPED_TRACE(StrategyName(strategy) + " " + OffloadName(offload) + " grad_accum " + std::to_string(grad_accum));
+        Plan slots = TestPlan("tiny-qwen2", 4 / grad_accum, grad_accum, 16);
+        slots.strategy = strategy;
+        slots.offload = offload;
+        slots.optimizer.grad_clip = 0.05;
+        NormaliseGrouping(slots);
+        Plan unit = slots;
+        unit.offload_staging = OffloadStaging::kUnit;
+        unit.Validate();
+        Rig a(slots), b(unit);
+        auto refuse_step_2 = [](int* calls) { return [calls](double) { return ++*calls != 2; }; };
+        int calls_a = 0, calls_b = 0;
+        a.step.SetUpdateGate(refuse_step_2(&calls_a));
+        b.step.SetUpdateGate(refuse_step_2(&calls_b));
+        for (int step = 0; step < 4; ++step) {
+          at::Tensor t = testing::RandomTokens(4, 16, slots.model.vocab, 700 + step);
+          std::vector<at::Tensor> mbs = {t};
+          if (grad_accum == 2) mbs = {t.narrow(0, 0, 2), t.narrow(0, 2, 2)};
+          StepResult ra = a.step.Run(mbs), rb = b.step.Run(mbs);
+          EXPECT_EQ(ra.loss, rb.loss) << "step " << step;
+          EXPECT_EQ(ra.grad_norm, rb.grad_norm) << "step " << step;
+          EXPECT_EQ(ra.update_skipped, step == 1) << "step " << step;
+          EXPECT_EQ(rb.update_skipped, step == 1) << "step " << step;
+          EXPECT_GT(ra.grad_norm, slots.optimizer.grad_clip) << "step " << step << " did not clip";
+        }
+        EXPECT_TRUE(at::equal(a.AllMasters(), b.AllMasters()));
+        for (size_t u = 0; u < a.units.size(); ++u) {
+          EXPECT_TRUE(at::equal(a.optimizer.state().exp_avg[u], b.optimizer.state().exp_avg[u])) << "unit " << u;
+          EXPECT_TRUE(at::equal(a.optimizer.state().exp_avg_sq[u], b.optimizer.state().exp_avg_sq[u])) << "unit " << u;
+          EXPECT_TRUE(at::equal(a.units[u].compute_shard(), b.units[u].compute_shard())) << "unit " << u;
+        }
+      }
+    }
   }
 }
 

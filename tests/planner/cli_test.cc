@@ -171,6 +171,9 @@ TEST(CliTest, BadCommandLinesExitTwoWithOneLine) {
                        "--micro-batch 1 --host-memory 64"),  // the host, not the GPU, is short
            m + "--gpus 1 --offload params --delayed-update",
            m + "--gpus 1 --grad-accum 2 --delayed-update",
+           m + "--gpus 1 --offload optimizer --offload-staging ring",
+           m + "--gpus 1 --offload params --offload-staging unit",
+           m + "--gpus 1 --offload optimizer --offload-staging unit --delayed-update",
            m + "--loss-chunk 0",
            m + "--lr 1e308",
            m + "--no-such-flag",
@@ -198,6 +201,43 @@ TEST(CliTest, DelayedUpdateIsOptInAndOnlyWhereItCanRun) {
   CliResult accum = RunCli(base + "--micro-batch 2 --delayed-update -o " + dir.File("accum.json"), dir);
   ASSERT_EQ(accum.exit_code, 0) << accum.err;
   EXPECT_FALSE(nlohmann::json::parse(std::ifstream(dir.File("accum.json")))["delayed_update"].get<bool>());
+}
+
+TEST(CliTest, OffloadStagingIsPerUnitWhereTheHostHasRoom) {
+  // tiny-llama (250,432 parameters, the largest unit a block of 46,208) with
+  // its optimizer offloaded pins master 4 + AdamW 8 bytes a parameter, and
+  // for the staging either 4 + 2 bytes a parameter (per unit: 4.30 MiB in
+  // all) or 12 bytes per element of the largest unit (slots: 3.39 MiB).
+  ScratchDir dir;
+  const std::string base = "estimate --model tiny-llama --gpu cpu --gpus 1 --seq 64 --global-batch 4 --micro-batch 4 "
+                           "--offload optimizer ";
+  auto staging = [&](const std::string& name) {
+    return nlohmann::json::parse(std::ifstream(dir.File(name)))["offload_staging"].get<std::string>();
+  };
+  CliResult roomy = RunCli(base + "-o " + dir.File("roomy.json"), dir);
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
+  EXPECT_EQ(staging("roomy.json"), "unit");
+  EXPECT_NE(roomy.out.find("gradients staged on the host per unit"), std::string::npos) << roomy.out;
+  // 4 MiB of host: the slots fit, a buffer per unit does not.
+  CliResult short_host = RunCli(base + "--host-memory 0.00390625 -o " + dir.File("short.json"), dir);
+  ASSERT_EQ(short_host.exit_code, 0) << short_host.err;
+  EXPECT_EQ(staging("short.json"), "slots");
+  EXPECT_NE(short_host.out.find("gradients through the host staging slots"), std::string::npos) << short_host.out;
+  // Pinned: slots though the host has room; per unit though it has not.
+  CliResult pinned = RunCli(base + "--offload-staging slots -o " + dir.File("pinned.json"), dir);
+  ASSERT_EQ(pinned.exit_code, 0) << pinned.err;
+  EXPECT_EQ(staging("pinned.json"), "slots");
+  ExpectBadInput(base + "--host-memory 0.00390625 --offload-staging unit", dir);
+  // The delayed update keeps the slots.
+  CliResult delayed = RunCli(base + "--delayed-update -o " + dir.File("delayed.json"), dir);
+  ASSERT_EQ(delayed.exit_code, 0) << delayed.err;
+  EXPECT_EQ(staging("delayed.json"), "slots");
+  // No offloaded optimizer, nothing staged: not in the plan file.
+  CliResult none = RunCli("estimate --model tiny-llama --gpu cpu --gpus 1 --seq 64 --global-batch 4 --offload none -o " +
+                              dir.File("none.json"),
+                          dir);
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_FALSE(nlohmann::json::parse(std::ifstream(dir.File("none.json"))).contains("offload_staging"));
 }
 
 TEST(CliTest, ZeroMicroBatchOrGradAccumIsRejected) {

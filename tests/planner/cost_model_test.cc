@@ -150,5 +150,31 @@ TEST(CostModelTest, CollectiveSlowdownDuringComputeIsReadWrittenAndBounded) {
   }
 }
 
+TEST(CostModelTest, CpuAdamSlowdownDuringCopiesIsReadWrittenAndBounded) {
+  // Not measured in any shipped profile yet: absent, 0.
+  for (const std::string& name : BuiltinProfileNames())
+    EXPECT_EQ(LoadHardwareProfile(name).cpu_adam_slowdown_during_copies, 0) << name;
+  nlohmann::json j = HardwareProfileToJson(LoadHardwareProfile("h200-sxm"));
+  j["host"]["cpu_adam_slowdown_during_copies"] = 0.19;
+  EXPECT_DOUBLE_EQ(HardwareProfileFromJson(j, "test").cpu_adam_slowdown_during_copies, 0.19);
+  EXPECT_DOUBLE_EQ(
+      HardwareProfileToJson(HardwareProfileFromJson(j, "test"))["host"]["cpu_adam_slowdown_during_copies"].get<double>(),
+      0.19);
+  j["host"].erase("cpu_adam_slowdown_during_copies");
+  EXPECT_EQ(HardwareProfileFromJson(j, "test").cpu_adam_slowdown_during_copies, 0);
+  for (double bad : {-0.1, 11.0}) {
+    j["host"]["cpu_adam_slowdown_during_copies"] = bad;
+    try {
+      HardwareProfileFromJson(j, "test");
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("cpu_adam_slowdown_during_copies"), std::string::npos) << e.what();
+    }
+  }
+  HardwareProfile p = LoadHardwareProfile("h200-sxm");
+  p.cpu_adam_slowdown_during_copies = -1;
+  EXPECT_THROW(p.Validate(), UserError);
+}
+
 }  // namespace
 }  // namespace llmplan

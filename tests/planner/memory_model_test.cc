@@ -114,6 +114,15 @@ TEST(MemoryModelTest, OffloadVariants) {
     EXPECT_DOUBLE_EQ(p.host.param_staging, 2 * 2 * head_shard);
     EXPECT_DOUBLE_EQ(p.host.Total(), 12 * shard + 12 * head_shard);  // 12,833,402,880
     EXPECT_DOUBLE_EQ(p.host.Total(), 12'833'402'880.0);
+    // Staged per unit: every unit's shard, fp32 down and bf16 up.
+    Plan unit = MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard, 0, Offload::kOptimizer);
+    unit.offload_staging = OffloadStaging::kUnit;
+    const StepProgram per_unit = BuildStepProgram(unit, h100);
+    EXPECT_DOUBLE_EQ(per_unit.host.grad_staging, 4 * shard);
+    EXPECT_DOUBLE_EQ(per_unit.host.param_staging, 2 * shard);
+    EXPECT_DOUBLE_EQ(per_unit.host.Total(), 18 * shard);  // 18,068,087,808
+    EXPECT_DOUBLE_EQ(per_unit.persistent.grad_shards, p.persistent.grad_shards);  // the device holds the same
+    EXPECT_DOUBLE_EQ(per_unit.persistent.compute_params, p.persistent.compute_params);
   }
   {
     StepProgram p = BuildStepProgram(MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard, 0, Offload::kParams), h100);
@@ -139,6 +148,13 @@ TEST(MemoryModelTest, OffloadVariants) {
     EXPECT_EQ(copies_down, static_cast<int>(p.units.size()));  // each gradient shard once, at the next step's start
     EXPECT_DOUBLE_EQ(p.host.master_params, (4 + 2) * shard);
     EXPECT_DOUBLE_EQ(p.host.Total(), (6 + 8) * shard + 4 * 2 * (525'340'672.0 / 8));  // gradient slots only
+    // Staged per unit: a gradient buffer per unit and no bf16 staging (the
+    // update writes the host shard the gathers stream up).
+    Plan unit = MakePlan("llama3-8b", 8, ShardingStrategy::kFullShard, 0, Offload::kOptimizerAndParams);
+    unit.offload_staging = OffloadStaging::kUnit;
+    const StepProgram per_unit = BuildStepProgram(unit, h100);
+    EXPECT_DOUBLE_EQ(per_unit.host.param_staging, 0);
+    EXPECT_DOUBLE_EQ(per_unit.host.Total(), (6 + 8 + 4) * shard);
   }
 }
 

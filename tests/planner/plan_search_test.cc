@@ -115,9 +115,8 @@ TEST(PlanSearchTest, TinyModelOnCpu) {
 
 TEST(PlanSearchTest, Llama3_8bOnOneL40sNeedsOffloadOrCheckpointing) {
   // 8.03e9 params * 16 bytes of state = 128 GB: a quarter (32.1 GB) plus the
-  // activations of seq 4096 does not leave room on a 42.7 GiB-usable card, and
-  // 2 GPUs cannot hold the offloaded state in 64 GiB of host each (18 B/param / 2
-  // = 72.3 GB): on 4 GPUs, whatever the search picks must offload.
+  // activations of seq 4096 does not leave room on a 42.7 GiB-usable card: on
+  // 4 GPUs, whatever the search picks must offload.
   Searched s = Search(Request("llama3-8b", "l40s-pcie", 4, 4096, 64));
   ExpectAllFeasibleFit(s);
   ExpectEqualsEvaluatePlan(s);
@@ -234,12 +233,14 @@ TEST(PlanSearchTest, AutoGpusReturnsTheFewestThatFit) {
   auto all_below = [](std::vector<int> v) { return [v](int) { return v; }; };
   // Llama-3-8B (N = 8.03e9) on L40S (42.7 GiB usable, 64 GiB host per GPU):
   // (Offloaded state pins 12 B/param of master and AdamW state, 14 with the bf16 shard
-  // streamed, plus two staging slots of the largest unit's shard, E = 525.3e6 for 8B.)
+  // streamed, plus its staging: per unit 6 B/param (4 streamed), or where the host is short
+  // two staging slots of the largest unit's shard, E = 525.3e6 for 8B.)
   //   1 GPU: offload optimizer keeps grads 4 + bf16 params 2 = 6 B/param = 48.2 GB on the GPU: no;
   //          optimizer+params keeps the 32.1 GB gradient and needs 14 B x N + 8 B x E = 116.6 GB
   //          of host: no.
-  //   2 GPUs: offload optimizer: 24.1 GB on the GPU + activations, 12 B x N / 2 + 12 B x E / 2 =
-  //           51.3 GB of host (< 68.7): yes.
+  //   2 GPUs: offload optimizer: 24.1 GB on the GPU + activations; staged per unit
+  //           18 B x N / 2 = 72.3 GB of host (> 68.7), through the slots 12 B x N / 2 +
+  //           12 B x E / 2 = 51.3 GB: yes.
   // Llama-3-70B (N = 70.55e9) on H100 (75.7 GiB usable, 256 GiB host per GPU):
   //   4 GPUs: optimizer offload 6 B x N / 4 = 105.8 GB on the GPU: no; optimizer+params keeps
   //           the 4 B x N / 4 = 70.6 GB gradient shard on the GPU, beside the activations: no.
@@ -340,19 +341,24 @@ TEST(PlanSearchTest, PinsThatExcludeEveryPlanSaySo) {
 
 TEST(PlanSearchTest, HostMemoryPerNodeIsSharedByTheJobsGpusOnTheNode) {
   // Llama-3-8B on one H200 with the optimizer offloaded pins 12 B/param
-  // (master 4, AdamW 8) and two staging slots of the head's shard (fp32 down,
-  // bf16 up: 12 x 525,340,672 B) = 95.6 GiB: within the profile's 128 GiB
-  // per GPU, not within a 64 GiB node, within a 240 GiB one.
+  // (master 4, AdamW 8) and its gradient and bf16 staging: per unit, 6
+  // B/param more (18 x N = 134.6 GiB), or two slots of the head's shard
+  // (fp32 down, bf16 up: 12 x 525,340,672 B; 95.6 GiB in all). The search
+  // stages per unit where the host has room: the slots within the
+  // profile's 128 GiB per GPU, nothing within a 64 GiB node, per unit
+  // within a 240 GiB one.
   auto req = Request("llama3-8b", "h200-sxm", 1, 4096, 4);
   req.strategy = ShardingStrategy::kNoShard;
   req.offload = Offload::kOptimizer;
   req.checkpoint_layers = std::vector<int>{};
   req.micro_batch = 1;
   const double pinned = 12.0 * 8'030'261'248 + 12.0 * 525'340'672;
+  const double per_unit = 18.0 * 8'030'261'248;
   Searched by_profile = Search(req);
   ASSERT_TRUE(by_profile.result.found) << by_profile.result.why_none;
   EXPECT_DOUBLE_EQ(by_profile.result.best.memory.host_capacity_bytes, by_profile.profile.host_memory_bytes);
   EXPECT_NEAR(by_profile.result.best.memory.host_bytes, pinned, 1e6);
+  EXPECT_EQ(by_profile.result.best.plan.offload_staging, OffloadStaging::kSlots);
 
   req.host_memory_per_node_bytes = 64.0 * (1 << 30);
   Searched small_node = Search(req);
@@ -363,7 +369,8 @@ TEST(PlanSearchTest, HostMemoryPerNodeIsSharedByTheJobsGpusOnTheNode) {
   Searched whole_node = Search(req);
   ASSERT_TRUE(whole_node.result.found) << whole_node.result.why_none;
   EXPECT_DOUBLE_EQ(whole_node.result.best.memory.host_capacity_bytes, 240.0 * (1 << 30));
-  EXPECT_NEAR(whole_node.result.best.memory.host_bytes, pinned, 1e6);
+  EXPECT_NEAR(whole_node.result.best.memory.host_bytes, per_unit, 1e6);
+  EXPECT_EQ(whole_node.result.best.plan.offload_staging, OffloadStaging::kUnit);
   EXPECT_EQ(whole_node.result.best.plan.host_memory_per_node_bytes, 240.0 * (1 << 30));  // recorded in the plan
   ExpectEqualsEvaluatePlan(whole_node);
 

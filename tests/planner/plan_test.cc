@@ -70,6 +70,55 @@ TEST(PlanTest, FusedKernelsByDefaultAndCompositeOnRequest) {
   EXPECT_NE(PlanSummary(a).find("composite kernels"), std::string::npos) << PlanSummary(a);
 }
 
+TEST(PlanTest, OffloadStagingIsSlotsUnlessTheFileSaysUnit) {
+  Plan a = Example();  // offloads the optimizer
+  EXPECT_EQ(a.offload_staging, OffloadStaging::kSlots);
+  nlohmann::json j = PlanToJson(a);
+  EXPECT_EQ(j["offload_staging"], "slots");
+  j["offload_staging"] = "unit";
+  const Plan unit = PlanFromJson(j, "unit");
+  EXPECT_EQ(unit.offload_staging, OffloadStaging::kUnit);
+  EXPECT_TRUE(unit.StagesEveryUnit());
+  EXPECT_EQ(PlanToJson(unit), j);
+  EXPECT_NE(PlanSummary(unit).find("staged per unit"), std::string::npos) << PlanSummary(unit);
+  EXPECT_EQ(PlanSummary(a).find("staged"), std::string::npos) << PlanSummary(a);
+  // A plan written before the field (the recorded runs a12, a13): what the
+  // executor did then, the slots.
+  j.erase("offload_staging");
+  EXPECT_EQ(PlanFromJson(j, "old").offload_staging, OffloadStaging::kSlots);
+  j["offload_staging"] = "ring";
+  try {
+    PlanFromJson(j, "typed");
+    FAIL() << "offload_staging ring was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("use unit or slots"), std::string::npos) << e.what();
+  }
+  // Without an offloaded optimizer it means nothing: not written, not refused.
+  Plan none = unit;
+  none.offload = Offload::kNone;
+  EXPECT_NO_THROW(none.Validate());
+  EXPECT_FALSE(none.StagesEveryUnit());
+  EXPECT_FALSE(PlanToJson(none).contains("offload_staging"));
+  EXPECT_EQ(PlanSummary(none).find("staged"), std::string::npos) << PlanSummary(none);
+}
+
+TEST(PlanTest, OffloadStagingPerUnitDoesNotGoWithTheDelayedUpdate) {
+  Plan p = Example();
+  p.grad_accum = 1;
+  p.delayed_update = true;
+  EXPECT_NO_THROW(p.Validate());  // through the slots
+  p.offload_staging = OffloadStaging::kUnit;
+  try {
+    p.Validate();
+    FAIL() << "offload_staging unit with delayed_update was accepted";
+  } catch (const UserError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("offload_staging unit does not go with delayed_update"), std::string::npos) << what;
+    EXPECT_NE(what.find("use offload_staging slots, or drop delayed_update"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
 TEST(PlanTest, LayerLists) {
   EXPECT_EQ(ParseLayerList("none", 8), std::vector<int>{});
   EXPECT_EQ(ParseLayerList("all", 4), (std::vector<int>{0, 1, 2, 3}));

@@ -304,6 +304,85 @@ TEST(StepProgramTest, OffloadOptimizerCopiesDownStepsOnCpuAndCopiesUp) {
   }
 }
 
+// Staged per unit (offload_staging unit): each unit's gradient goes down in
+// its step's backward, right after its last reduction, into its own host
+// buffer; the next step's host update reads only host memory, so it waits
+// for nothing of its step, and its parameters go up as with the slots.
+TEST(StepProgramTest, OffloadOptimizerStagedPerUnitCopiesDownInTheBackward) {
+  for (ShardingStrategy strategy : {ShardingStrategy::kFullShard, ShardingStrategy::kNoShard}) {
+    for (Offload offload : {Offload::kOptimizer, Offload::kOptimizerAndParams}) {
+      if (offload == Offload::kOptimizerAndParams && strategy == ShardingStrategy::kNoShard) continue;
+      SCOPED_TRACE(StrategyName(strategy) + " " + OffloadName(offload));
+      Plan plan = TinyPlan(4, strategy, 0, offload);
+      plan.offload_staging = OffloadStaging::kUnit;
+      plan.Validate();
+      StepProgram p = Build(plan);
+      int clip = -1;
+      std::map<int, int> cpu, h2d, first_forward, d2h, last_backward, last_reduction;
+      for (const auto& op : p.ops) {
+        switch (op.kind) {
+          case OpKind::kClipGradients: clip = op.id; break;
+          case OpKind::kForward:
+            if (op.micro_batch == 0) first_forward[op.unit] = op.id;
+            break;
+          case OpKind::kBackward:
+            if (op.micro_batch == kAccum - 1) last_backward[op.unit] = op.id;
+            break;
+          case OpKind::kLocalReduce:
+          case OpKind::kAccumulateShard:
+          case OpKind::kAllReduce:
+            if (op.micro_batch == kAccum - 1) last_reduction[op.unit] = op.id;  // the last in program order
+            break;
+          case OpKind::kCopyToHost:
+            EXPECT_EQ(op.stream, StreamKind::kDeviceToHost);
+            EXPECT_EQ(d2h.count(op.unit), 0u) << op.name << " twice";
+            d2h[op.unit] = op.id;
+            // Right after the unit's last reduction (the backward still
+            // running), before the clipping: unclipped.
+            EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), last_reduction.at(op.unit)), op.deps.end()) << op.name;
+            EXPECT_GT(op.id, last_backward.at(op.unit)) << op.name;
+            EXPECT_EQ(clip, -1) << op.name << " waits for the clipping";
+            EXPECT_DOUBLE_EQ(op.work.copy_bytes,
+                             4.0 * static_cast<double>(p.units[op.unit].padded_params) / p.units[op.unit].group_size);
+            break;
+          case OpKind::kCpuOptimizerStep:
+            EXPECT_EQ(op.stream, StreamKind::kCpu);
+            EXPECT_TRUE(op.deps.empty()) << op.name << ": the previous step's gradient is on the host already";
+            cpu[op.unit] = op.id;
+            break;
+          case OpKind::kCopyToDevice:
+            if (op.micro_batch >= 0) break;  // streamed parameters before a gather
+            EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), cpu.at(op.unit)), op.deps.end()) << op.name;
+            h2d[op.unit] = op.id;
+            break;
+          default: break;
+        }
+      }
+      ASSERT_GE(clip, 0);
+      ASSERT_EQ(d2h.size(), static_cast<size_t>(kUnits));
+      ASSERT_EQ(cpu.size(), static_cast<size_t>(kUnits));
+      // optimizer+params: the update writes the host shard the gathers bring up.
+      EXPECT_EQ(h2d.size(), offload == Offload::kOptimizer ? static_cast<size_t>(kUnits) : 0u);
+      for (int u = 0; u < kUnits; ++u) {
+        if (u + 1 < kUnits) EXPECT_LT(cpu.at(u + 1), first_forward.at(u)) << "unit " << u;
+        if (u >= 2) EXPECT_GT(cpu.at(u), first_forward.at(u - 2)) << "unit " << u;
+        EXPECT_TRUE(WaitsFor(p, first_forward.at(u), offload == Offload::kOptimizer ? h2d.at(u) : cpu.at(u)))
+            << "forward of unit " << u << " does not wait for its update";
+        EXPECT_LT(d2h.at(u), clip);
+        // The update has read the buffer before this step's gradient
+        // overwrites it: it holds the host (rule 4), which issues the copy
+        // later in the program.
+        EXPECT_LT(cpu.at(u), d2h.at(u)) << "unit " << u;
+      }
+      EXPECT_DOUBLE_EQ(p.host.grad_staging, 4 * [&] {
+        double shard = 0;
+        for (const Unit& unit : p.units) shard += static_cast<double>(unit.padded_params) / unit.group_size;
+        return shard;
+      }());
+    }
+  }
+}
+
 // Delayed update: nothing of this step waits for the host update; the
 // previous step's updates run in backward order right after each unit's
 // backward (the host works while the GPU runs the units below), each unit's
@@ -379,6 +458,10 @@ TEST(StepProgramTest, DelayedUpdateNeedsTheHostOptimizerOffloadAndOneMicroBatch)
   plan.offload = Offload::kOptimizer;
   plan.offload_to = OffloadTier::kNvme;
   EXPECT_NE(message(plan).find("not supported with offload_to nvme"), std::string::npos) << message(plan);
+  plan.offload_to = OffloadTier::kHost;
+  plan.offload_staging = OffloadStaging::kUnit;
+  EXPECT_NE(message(plan).find("use offload_staging slots, or drop delayed_update"), std::string::npos)
+      << message(plan);
 }
 
 TEST(StepProgramTest, RecomputeOnlyForCheckpointedLayers) {
@@ -428,6 +511,14 @@ std::vector<Plan> AllConfigurations() {
       Plan pf = TinyPlan(4, ShardingStrategy::kFullShard, 0, o);
       pf.prefetch_depth = depth;
       plans.push_back(pf);
+    }
+    if (OffloadsOptimizer(o)) {
+      for (ShardingStrategy s : {ShardingStrategy::kFullShard, ShardingStrategy::kNoShard}) {
+        if (o == Offload::kOptimizerAndParams && s == ShardingStrategy::kNoShard) continue;
+        Plan unit = TinyPlan(4, s, 0, o);
+        unit.offload_staging = OffloadStaging::kUnit;
+        plans.push_back(unit);
+      }
     }
   }
   return plans;

@@ -7,6 +7,7 @@
 //   host copies at 1e9 bytes/s, CPU AdamW at 1e9 params/s
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <stdexcept>
 
 #include "planner/cost_model.h"
@@ -339,6 +340,79 @@ TEST(SimulatorTest, SharedHostLinkHalvesBothDirectionsWhileBothRun) {
   HandProgram one;
   one.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.0);
   EXPECT_NEAR(SimulateOn(one, RoundNumberProfile(0, true)).step_seconds, 1.0, kEps);
+}
+
+TEST(SimulatorTest, CpuAdamWSlowsExactlyWhileACopyRuns) {
+  // The CPU AdamW (3 s alone) beside a 1 s copy down, with
+  // cpu_adam_slowdown_during_copies 1: half speed for the copy's second
+  // (0.5 s of work done), then the last 2.5 s at full speed: t = 3.5. The
+  // copy itself is not slowed. The copy is listed first: the CPU op holds
+  // the host, which issues nothing after it before it ends.
+  HardwareProfile profile = RoundNumberProfile();
+  profile.cpu_adam_slowdown_during_copies = 1.0;
+  HandProgram down;
+  const int d2h = down.Add(OpKind::kCopyToHost, StreamKind::kDeviceToHost, 1.0);
+  const int cpu = down.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 3.0);
+  SimulationResult r = SimulateOn(down, profile);
+  EXPECT_NEAR(r.ops[d2h].end, 1.0, kEps);
+  EXPECT_NEAR(r.ops[cpu].end, 3.5, kEps);
+  // Unmeasured (0): the update runs at its rate alone.
+  EXPECT_NEAR(SimulateOn(down, RoundNumberProfile()).ops[cpu].end, 3.0, kEps);
+  // Either direction slows it, and both at once no more than one: h2d
+  // [0, 2] and d2h [0, 1] beside it leave 2 s of work after t = 2: t = 4.
+  HandProgram both;
+  both.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 2.0);
+  both.Add(OpKind::kCopyToHost, StreamKind::kDeviceToHost, 1.0);
+  const int update = both.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 3.0);
+  EXPECT_NEAR(SimulateOn(both, profile).ops[update].end, 4.0, kEps);
+  // Compute beside it does not slow it.
+  HandProgram compute;
+  compute.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
+  const int alone = compute.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 3.0);
+  EXPECT_NEAR(SimulateOn(compute, profile).ops[alone].end, 3.0, kEps);
+}
+
+// Llama-3.2-3B on one H200 with its optimizer offloaded (the 2026-12-02
+// side-by-side): through the slots each unit's gradient comes down beside
+// the host update of the unit before, staged per unit under the backward.
+// With the contention priced, the CPU AdamW of the slots takes longer than
+// the per-unit form's (whose updates share the host only with the copies
+// up), and per-unit staging is faster. Without it the two are within 1%:
+// staged per unit, the embedding's 1.5 GB gradient (28 ms) comes down after
+// the step's last reduction, and the copies (7.3 ms a block) trail the
+// last micro-batch's backward (6.5 ms a block); through the slots the
+// embedding's copy is exposed at the next step's start instead.
+TEST(SimulatorTest, ContentionWithCopiesCostsTheSlotsMoreThanPerUnitStaging) {
+  Plan plan;
+  plan.model = PresetModel("llama3.2-3b");
+  plan.profile = "h200-sxm";
+  plan.gpus = 1;
+  plan.gpus_per_node = 8;
+  plan.strategy = ShardingStrategy::kFullShard;
+  plan.seq_len = 4096;
+  plan.micro_batch = 2;
+  plan.grad_accum = 4;
+  plan.offload = Offload::kOptimizer;
+  NormaliseGrouping(plan);
+  Plan unit = plan;
+  unit.offload_staging = OffloadStaging::kUnit;
+  auto cpu_seconds = [](const Plan& p, double slowdown) {
+    HardwareProfile profile = testing::Profile("h200-sxm");
+    profile.cpu_adam_slowdown_during_copies = slowdown;
+    const Evaluation e = EvaluatePlanInDetail(p, profile, false);
+    return std::make_pair(e.simulation.busy_seconds[static_cast<int>(StreamKind::kCpu)], e.simulation.step_seconds);
+  };
+  const auto [slots_alone, slots_step_alone] = cpu_seconds(plan, 0);
+  const auto [unit_alone, unit_step_alone] = cpu_seconds(unit, 0);
+  const auto [slots_beside, slots_step] = cpu_seconds(plan, 0.2);
+  const auto [unit_beside, unit_step] = cpu_seconds(unit, 0.2);
+  EXPECT_NEAR(slots_alone, unit_alone, 1e-9 * unit_alone);  // the same updates at the same rate
+  EXPECT_GT(slots_beside, slots_alone);
+  EXPECT_GT(slots_beside - slots_alone, unit_beside - unit_alone);
+  EXPECT_NEAR(unit_step_alone, slots_step_alone, 0.01 * slots_step_alone);
+  EXPECT_LT(unit_step, slots_step);
+  std::printf("step alone: unit %.4f s, slots %.4f s; cpu_adam_slowdown_during_copies 0.2: unit %.4f s, slots %.4f s\n",
+              unit_step_alone, slots_step_alone, unit_step, slots_step);
 }
 
 TEST(SimulatorTest, MemoryPeakAtTheRightMoment) {

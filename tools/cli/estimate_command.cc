@@ -27,7 +27,7 @@ struct EstimateOptions {
   std::string gpu = "h100-sxm-80g";
   int64_t global_batch = 0;
   double global_batch_tokens = 0;
-  std::string strategy, checkpoint_layers, offload, offload_to, replicate_edges;
+  std::string strategy, checkpoint_layers, offload, offload_to, offload_staging, replicate_edges;
   std::string kernels = "fused";
   static constexpr int64_t kUnpinned = std::numeric_limits<int64_t>::min();  // no value a user can type
   int64_t micro_batch = kUnpinned, grad_accum = kUnpinned, shard_group = kUnpinned;
@@ -118,6 +118,16 @@ void Run(const EstimateOptions& o) {
     if (req.grad_accum && *req.grad_accum != 1)
       throw UserError("--delayed-update needs one micro-batch per step: give --grad-accum 1 (or leave it free)");
     req.delayed_update = true;
+  }
+  if (!o.offload_staging.empty()) {
+    req.offload_staging = ParseOffloadStaging(o.offload_staging);
+    if (req.offload && !OffloadsOptimizer(*req.offload))
+      throw UserError("--offload-staging places the offloaded optimizer's gradients on the host, and --offload " +
+                      OffloadName(*req.offload) + " keeps the optimizer on the GPU: give --offload optimizer or "
+                      "optimizer+params");
+    if (req.delayed_update && *req.offload_staging == OffloadStaging::kUnit)
+      throw UserError("--delayed-update moves gradients and parameters through the staging slots: give "
+                      "--offload-staging slots, or drop --delayed-update");
   }
   if (o.kernels != "fused" && o.kernels != "composite")
     throw UserError("--kernels must be fused or composite (got '" + o.kernels + "')");
@@ -225,6 +235,11 @@ void AddEstimateCommand(CLI::App& app) {
                 "Let plans that offload the optimizer to the host (one micro-batch per step) apply each step's "
                 "gradients during the next step (ZeRO-Offload's delayed parameter update): the CPU AdamW hides "
                 "under the GPU's work, and each step's gradients are taken one update late. Off by default");
+  cmd->add_option("--offload-staging", o->offload_staging,
+                  "Pin how the offloaded optimizer's gradients come down and its updated shards go up: unit (a "
+                  "pinned host buffer per unit, gradients copied in the backward while the host is idle) | slots "
+                  "(two pinned slots of the largest unit, gradients copied beside the next step's host update: "
+                  "less host memory, a slower update). Default: unit where the host has room for it");
   cmd->add_option("--prefetch", o->prefetch, "Units gathered ahead of compute")->capture_default_str();
   cmd->add_option("--kernels", o->kernels,
                   "fused: RMSNorm, RoPE, SwiGLU and the cross-entropy as llmplan's CUDA kernels; composite: "

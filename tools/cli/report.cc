@@ -50,8 +50,13 @@ void PrintEstimate(std::ostream& out, const Estimate& e, const HardwareProfile& 
                                 WithCommas(static_cast<double>(p.TokensPerStep())) + " tokens) per step");
   out << Row("checkpointed blocks", std::to_string(p.checkpoint_layers.size()) + " of " +
                                         std::to_string(p.model.layers) + ": " + FormatLayerList(p.checkpoint_layers));
+  std::string staging;
+  if (OffloadsOptimizer(p.offload))
+    staging = p.StagesEveryUnit() ? ", gradients staged on the host per unit (copied in the backward)"
+                                  : ", gradients through the host staging slots (copied beside the host update)";
   out << Row("offload", OffloadName(p.offload) + (p.OptimizerStateOnNvme() ? ", AdamW state on NVMe" : "") +
-                           (p.delayed_update ? ", delayed update (each step's gradients applied during the next)" : ""));
+                           (p.delayed_update ? ", delayed update (each step's gradients applied during the next)" : "") +
+                           staging);
   out << Row("prefetch", std::to_string(p.prefetch_depth) + " unit(s) ahead");
 
   const MemoryEstimate& m = e.memory;
