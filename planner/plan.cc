@@ -316,7 +316,7 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
   }
   p.prefetch_depth = static_cast<int>(r.Integer("prefetch_depth", 0, 8, 1));
   p.fused_kernels = r.Bool("fused_kernels", true);
-  p.loss_chunk_tokens = r.Integer("loss_chunk_tokens", 1, int64_t{1} << 30, 1024);
+  p.loss_chunk_tokens = r.Integer("loss_chunk_tokens", 1, int64_t{1} << 30, kDefaultLossChunkTokens);
   p.param_dtype = ParseDType(r.String("param_dtype", "bf16"));
   p.reduce_dtype = ParseDType(r.String("reduce_dtype", "fp32"));
   p.seed = static_cast<uint64_t>(r.Integer("seed", 0, int64_t{1} << 53, 1234));

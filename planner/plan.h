@@ -73,6 +73,9 @@ std::string DTypeName(DType d);  // "bf16", "fp32"
 DType ParseDType(const std::string& name);
 int DTypeBytes(DType d);
 
+// The cross-entropy's chunk when a plan does not say (Plan::loss_chunk_tokens).
+constexpr int64_t kDefaultLossChunkTokens = 1024;
+
 struct OptimizerConfig {
   double lr = 3e-4;
   double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
@@ -152,7 +155,9 @@ struct Plan {
   // shapes base/block_kernel_shapes.h excludes, planner and executor both
   // use the composite ops.
   bool fused_kernels = true;
-  int64_t loss_chunk_tokens = 1024;    // tokens per chunk of the chunked cross-entropy
+  // Tokens per chunk of the chunked cross-entropy (the fp32 logits never
+  // exist whole); JSON "loss_chunk_tokens", default kDefaultLossChunkTokens.
+  int64_t loss_chunk_tokens = kDefaultLossChunkTokens;
 
   // --- dtypes ---
   DType param_dtype = DType::kBF16;   // compute copies

@@ -62,7 +62,9 @@ struct SearchRequest {
 
   OptimizerConfig optimizer;
   int prefetch_depth = 1;
-  int64_t loss_chunk_tokens = 1024;
+  // Tokens per chunk of the cross-entropy (Plan::loss_chunk_tokens). Unset:
+  // kDefaultLossChunkTokens, and a longer chunk tried on the best plan.
+  std::optional<int64_t> loss_chunk_tokens;
   bool fused_kernels = true;  // Plan::fused_kernels
 };
 

@@ -54,7 +54,7 @@ run_row() {
   mkdir -p "$dir.plan"
   if ! "$llmplan" estimate --model "$model" --gpus "$gpus" --gpu h200-sxm --seq "$seq" --micro-batch "$mb" \
       --grad-accum "$ga" --global-batch $((mb * ga * gpus)) --checkpoint-layers "$ckpt" --strategy "$strategy" \
-      --offload "$offload" --host-memory 240 --json -o "$dir.plan/plan.json" >"$dir.plan/estimate.json" 2>"$dir.plan/estimate.err"; then
+      --offload "$offload" --loss-chunk 1024 --host-memory 240 --json -o "$dir.plan/plan.json" >"$dir.plan/estimate.json" 2>"$dir.plan/estimate.err"; then
     echo "$name: no plan: $(head -c 300 "$dir.plan/estimate.err")"
     return 1
   fi
