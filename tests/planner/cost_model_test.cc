@@ -151,9 +151,17 @@ TEST(CostModelTest, CollectiveSlowdownDuringComputeIsReadWrittenAndBounded) {
 }
 
 TEST(CostModelTest, CpuAdamSlowdownDuringCopiesIsReadWrittenAndBounded) {
-  // Not measured in any shipped profile yet: absent, 0.
-  for (const std::string& name : BuiltinProfileNames())
-    EXPECT_EQ(LoadHardwareProfile(name).cpu_adam_slowdown_during_copies, 0) << name;
+  // Measured on the one-H200 machine (llmplan profile, 2026-12-02: its CPU
+  // AdamW took 1.64x as long beside pinned copies); absent, 0, in the
+  // profiles measured before the field existed or derived from datasheets.
+  for (const std::string& name : BuiltinProfileNames()) {
+    const double s = LoadHardwareProfile(name).cpu_adam_slowdown_during_copies;
+    if (name == "h200-sxm-1gpu") {
+      EXPECT_NEAR(s, 0.64, 0.01);
+    } else {
+      EXPECT_EQ(s, 0) << name;
+    }
+  }
   nlohmann::json j = HardwareProfileToJson(LoadHardwareProfile("h200-sxm"));
   j["host"]["cpu_adam_slowdown_during_copies"] = 0.19;
   EXPECT_DOUBLE_EQ(HardwareProfileFromJson(j, "test").cpu_adam_slowdown_during_copies, 0.19);
