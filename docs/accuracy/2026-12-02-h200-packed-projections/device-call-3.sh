@@ -3,7 +3,7 @@
 # (full_shard, micro-batch 2 x 4, seq 4096) staged through the slots and per
 # unit, alternating, as many pairs as the call's time allows: call 2's pair
 # differed by 7% and then by 0.5%, as the host's CPU AdamW rate moved by 10%
-# between runs of one form.
+# between runs of one form. LLMPLAN_CALL_BUDGET_S (default 360): no run starts later.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PATH=/usr/local/cuda/bin:$PATH
 t0=$(date +%s)
@@ -17,7 +17,7 @@ w=/tmp/staging && mkdir -p $w
 $llmplan data prepare -o $w/tokens.bin $(find planner executor -name '*.cc') > /dev/null
 pins="--model llama3.2-3b --gpus 1 --gpu h200-sxm-1gpu --seq 4096 --global-batch 8 --strategy full_shard --micro-batch 2 --grad-accum 4 --checkpoint-layers none --offload optimizer --loss-chunk 1024"
 for v in slots_a unit_a slots_b unit_b slots_c unit_c; do
-  [ $(($(date +%s) - t0)) -gt 360 ] && { echo "$v skipped (time)"; continue; }
+  [ $(($(date +%s) - t0)) -gt ${LLMPLAN_CALL_BUDGET_S:-360} ] && { echo "$v skipped (time)"; continue; }
   $llmplan estimate $pins --offload-staging ${v%_*} --json -o $w/$v.plan.json > $w/$v.estimate.json
   timeout 70 $llmplan run --plan $w/$v.plan.json --data $w/tokens.bin --steps 5 --no-final-weights --out $w/$v > $w/$v.log 2>&1
   echo "$v rc $? at $(el): $(grep -E '^throughput' $w/$v.log)"
