@@ -102,18 +102,20 @@ OpWork BlockBackwardWork(const ActivationShape& a, double block_params) {
   w.attention_backward = true;
   // The gradients of tensors used twice are summed (composite: hn by q/k/v,
   // mn by gate/up, the residual stream twice, ~4 x 3H; fused: the packed
-  // projections give hn's and mn's gradient in one GEMM each, leaving the
-  // residual stream's two, 2 x 3H), and every weight gradient is added into
-  // the flat gradient (read both, write one).
-  const double sums = a.tokens * (z.fused ? 6 : 12) * z.H + 3 * z.c * block_params;
+  // projections give hn's and mn's gradient in one GEMM each, and each norm's
+  // backward kernel adds the residual stream's gradient as it writes its
+  // input's (RmsNormOnResidual: one more read of H), so no sum is a pass of
+  // its own), and every weight gradient is added into the flat gradient (read
+  // both, write one).
+  const double sums = a.tokens * (z.fused ? 2 : 12) * z.H + 3 * z.c * block_params;
   if (z.fused) {
     // Each fused kernel's backward, as block_kernels.h states: the norms,
     // RoPE into the packed gradient (read and write) and v's gradient copied
     // beside it, SwiGLU (read 3, write 2).
     w.elementwise_bytes = a.tokens * (2 * RmsNormBackwardBytes(z) + 2 * (z.Q + 2 * z.KV) + 5 * z.I) + sums;
-    // 8 GEMMs, the norms, RoPE, v's copy, SwiGLU, attention, 9 weight
-    // gradients added and the 2 residual sums.
-    w.launches = 8 + 2 * RmsNormBackwardLaunches(z) + 2 + 1 + 1 + 1 + 9 + 2;
+    // 8 GEMMs, the norms, RoPE, v's copy, SwiGLU, attention and 9 weight
+    // gradients added.
+    w.launches = 8 + 2 * RmsNormBackwardLaunches(z) + 2 + 1 + 1 + 1 + 9;
     return w;
   }
   // Each composite kernel's backward reads its output gradient and saved

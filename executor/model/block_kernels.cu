@@ -89,11 +89,11 @@ __global__ void __launch_bounds__(kMaxRowThreads) RmsNormForwardKernel(const T* 
   }
 }
 
-template <typename T, int kPer>
+template <typename T, int kPer, bool kResidual>
 __global__ void __launch_bounds__(kMaxRowThreads) RmsNormBackwardKernel(const T* __restrict__ grad_out, const T* __restrict__ x,
                                       const T* __restrict__ weight, const float* __restrict__ inv_rms,
-                                      T* __restrict__ grad_x, float* __restrict__ partials, int64_t rows,
-                                      int64_t cols) {
+                                      const T* __restrict__ residual_grad, T* __restrict__ grad_x,
+                                      float* __restrict__ partials, int64_t rows, int64_t cols) {
   constexpr int kN = Vec<T>::kN;
   const int vectors = static_cast<int>(cols / kN);
   // The weight is the same for every row: read once, kept in registers, and
@@ -137,8 +137,17 @@ __global__ void __launch_bounds__(kMaxRowThreads) RmsNormBackwardKernel(const T*
       const int vi = k * blockDim.x + threadIdx.x;
       if (vi < vectors) {
         Vec<T> o;
+        if constexpr (kResidual) {
+          // Rounded as autograd's add of two T tensors would round: the
+          // norm's gradient to T first, then the sum.
+          const Vec<T> r = reinterpret_cast<const Vec<T>*>(residual_grad + row * cols)[vi];
 #pragma unroll
-        for (int j = 0; j < kN; ++j) o.v[j] = FromFloat<T>(inv * gn[k][j] - c * xv[k][j]);
+          for (int j = 0; j < kN; ++j)
+            o.v[j] = FromFloat<T>(Round<T>(inv * gn[k][j] - c * xv[k][j]) + ToFloat(r.v[j]));
+        } else {
+#pragma unroll
+          for (int j = 0; j < kN; ++j) o.v[j] = FromFloat<T>(inv * gn[k][j] - c * xv[k][j]);
+        }
         gxr[vi] = o;
       }
     }
@@ -178,20 +187,32 @@ void RmsNormForward(const void* x, const void* weight, void* out, float* inv_rms
   }
 }
 
+template <typename T, int kPer>
+void RmsNormBackwardShaped(const T* gt, const T* xt, const T* wt, const float* inv_rms, const T* rt, T* gxt,
+                           float* partials, int64_t rows, int64_t cols, int blocks, int threads, cudaStream_t stream) {
+  if (rt != nullptr) {
+    RmsNormBackwardKernel<T, kPer, true><<<blocks, threads, 0, stream>>>(gt, xt, wt, inv_rms, rt, gxt, partials, rows, cols);
+  } else {
+    RmsNormBackwardKernel<T, kPer, false><<<blocks, threads, 0, stream>>>(gt, xt, wt, inv_rms, rt, gxt, partials, rows, cols);
+  }
+}
+
 template <typename T>
-void RmsNormBackward(const void* grad_out, const void* x, const void* weight, const float* inv_rms, void* grad_x,
-                     float* partials, int64_t rows, int64_t cols, cudaStream_t stream) {
+void RmsNormBackward(const void* grad_out, const void* x, const void* weight, const float* inv_rms,
+                     const void* residual_grad, void* grad_x, float* partials, int64_t rows, int64_t cols,
+                     cudaStream_t stream) {
   int threads = 0, per = 0;
   RowShape<T>(cols, &threads, &per);
   const int blocks = static_cast<int>(RmsNormBackwardPartials(rows));
   const auto* gt = static_cast<const T*>(grad_out);
   const auto* xt = static_cast<const T*>(x);
   const auto* wt = static_cast<const T*>(weight);
+  const auto* rt = static_cast<const T*>(residual_grad);
   auto* gxt = static_cast<T*>(grad_x);
   if (per == 1) {
-    RmsNormBackwardKernel<T, 1><<<blocks, threads, 0, stream>>>(gt, xt, wt, inv_rms, gxt, partials, rows, cols);
+    RmsNormBackwardShaped<T, 1>(gt, xt, wt, inv_rms, rt, gxt, partials, rows, cols, blocks, threads, stream);
   } else {
-    RmsNormBackwardKernel<T, 2><<<blocks, threads, 0, stream>>>(gt, xt, wt, inv_rms, gxt, partials, rows, cols);
+    RmsNormBackwardShaped<T, 2>(gt, xt, wt, inv_rms, rt, gxt, partials, rows, cols, blocks, threads, stream);
   }
 }
 
@@ -404,14 +425,15 @@ void LaunchRmsNormForward(KernelDType dtype, const void* x, const void* weight, 
 }
 
 void LaunchRmsNormBackward(KernelDType dtype, const void* grad_out, const void* x, const void* weight,
-                           const float* inv_rms, void* grad_x, float* grad_weight_partials, int64_t rows,
-                           int64_t cols, void* stream) {
+                           const float* inv_rms, const void* residual_grad, void* grad_x,
+                           float* grad_weight_partials, int64_t rows, int64_t cols, void* stream) {
   if (rows <= 0) return;
   auto st = static_cast<cudaStream_t>(stream);
   if (dtype == KernelDType::kBF16) {
-    RmsNormBackward<__nv_bfloat16>(grad_out, x, weight, inv_rms, grad_x, grad_weight_partials, rows, cols, st);
+    RmsNormBackward<__nv_bfloat16>(grad_out, x, weight, inv_rms, residual_grad, grad_x, grad_weight_partials, rows,
+                                   cols, st);
   } else {
-    RmsNormBackward<float>(grad_out, x, weight, inv_rms, grad_x, grad_weight_partials, rows, cols, st);
+    RmsNormBackward<float>(grad_out, x, weight, inv_rms, residual_grad, grad_x, grad_weight_partials, rows, cols, st);
   }
   CheckLaunch("RMSNorm backward");
 }

@@ -41,12 +41,16 @@ int64_t RmsNormBackwardPartials(int64_t rows);
 // RMSNorm backward: grad_x = round(inv * gn - x * inv^3 * sum(gn * x) / cols)
 // with gn = round(grad_out * weight) as the composite form rounds it, and
 // grad_weight_partials[p, c] = the fp32 sum of grad_out * normed over the rows
-// block p handled.
-// REQUIRES: as the forward; grad_out and grad_x contiguous [rows, cols] and
-// 16-byte aligned; grad_weight_partials [RmsNormBackwardPartials(rows), cols].
+// block p handled. With residual_grad (else null) the kernel also adds the
+// gradient x gets from the residual stream: grad_x = round(that + residual_grad),
+// the bits autograd's separate add of the two would give, without its pass
+// (read two tensors, write one) over the residual stream.
+// REQUIRES: as the forward; grad_out, grad_x and residual_grad contiguous
+// [rows, cols] and 16-byte aligned; grad_weight_partials
+// [RmsNormBackwardPartials(rows), cols].
 void LaunchRmsNormBackward(KernelDType dtype, const void* grad_out, const void* x, const void* weight,
-                           const float* inv_rms, void* grad_x, float* grad_weight_partials, int64_t rows,
-                           int64_t cols, void* stream);
+                           const float* inv_rms, const void* residual_grad, void* grad_x,
+                           float* grad_weight_partials, int64_t rows, int64_t cols, void* stream);
 
 // Rotary embedding in the rotate-half layout over x [tokens, heads, head_dim]
 // (tokens = batch * seq, token n at position n % seq), cos and sin

@@ -57,6 +57,15 @@ at::Tensor RmsNorm(BlockOpsForm form, const at::Tensor& x, const at::Tensor& wei
   return CompositeRmsNorm(x, weight, eps);
 }
 
+std::pair<at::Tensor, at::Tensor> RmsNormOnResidual(BlockOpsForm form, const at::Tensor& x, const at::Tensor& weight,
+                                                    double eps) {
+#ifdef LLMPLAN_WITH_CUDA
+  if (form == BlockOpsForm::kFused) return fused::RmsNormOnResidual(x, weight, eps);
+#endif
+  (void)form;
+  return {CompositeRmsNorm(x, weight, eps), x};
+}
+
 at::Tensor ApplyRope(BlockOpsForm form, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
 #ifdef LLMPLAN_WITH_CUDA
   if (form == BlockOpsForm::kFused) return fused::ApplyRope(x, cos, sin);

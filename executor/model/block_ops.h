@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <tuple>
+#include <utility>
 
 #include <ATen/core/Tensor.h>
 
@@ -32,6 +33,16 @@ BlockOpsForm BlockOpsFormFor(bool requested, const at::Tensor& x, int64_t hidden
 // HF LlamaRMSNorm: weight * (xf * rsqrt(mean(xf^2, -1) + eps)).to(dtype),
 // xf = x.to(fp32). x [..., cols], weight [cols] in x's dtype.
 at::Tensor RmsNorm(BlockOpsForm form, const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// RmsNorm of x on the residual stream: {RmsNorm(x), r}, where r is x itself
+// (the same values and storage) for the caller's residual add, which uses r
+// in place of x. Fused form: autograd then delivers both of x's gradients —
+// the norm's and the residual stream's — to one backward, whose kernel adds
+// them (block_kernels.h) instead of autograd summing them in a separate add
+// pass over [tokens, hidden] afterwards: two passes fewer per block, the
+// same bits. Composite form: {RmsNorm(x), x}, autograd sums as HF's does.
+std::pair<at::Tensor, at::Tensor> RmsNormOnResidual(BlockOpsForm form, const at::Tensor& x, const at::Tensor& weight,
+                                                    double eps);
 
 // Rotary embedding, rotate-half layout, on x [B, T, heads, head_dim] (the
 // projection's output viewed per head, before the transpose to [B, H, T, D]);

@@ -32,9 +32,13 @@ KernelDType DTypeOf(const at::Tensor& t) {
 
 void* StreamOf(const at::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
+// RMSNorm; with `pass_input`, x itself as a second output (RmsNormOnResidual):
+// autograd then brings the gradient of the residual stream that x continues
+// as to this backward, which adds it in its kernel.
 class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& weight_in, double eps) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& weight_in, double eps,
+                               bool pass_input) {
     const c10::cuda::CUDAGuard guard(x_in.device());
     const at::Tensor x = x_in.contiguous(), weight = weight_in.contiguous();
     const int64_t cols = x.size(-1), rows = x.numel() / cols;
@@ -43,23 +47,32 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     LaunchRmsNormForward(DTypeOf(x), x.data_ptr(), weight.data_ptr(), out.data_ptr(), inv_rms.data_ptr<float>(),
                          rows, cols, static_cast<float>(eps), StreamOf(x));
     ctx->save_for_backward({x, weight, inv_rms});
-    return out;
+    // An input returned as it is: autograd gives the caller a view of it
+    // whose gradient comes back here (no copy).
+    if (pass_input) return {out, x_in};
+    return {out};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &weight = saved[1], &inv_rms = saved[2];
     const c10::cuda::CUDAGuard guard(x.device());
-    const at::Tensor grad_out = grads[0].contiguous();
+    const at::Tensor grad_out = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(x);
+    at::Tensor residual;
+    if (grads.size() > 1 && grads[1].defined()) {
+      residual = grads[1].to(x.scalar_type()).contiguous();
+      TORCH_CHECK(residual.sizes() == x.sizes(), "fused RmsNormOnResidual: the residual's gradient has shape ",
+                  residual.sizes(), ", its input ", x.sizes());
+    }
     const int64_t cols = x.size(-1), rows = x.numel() / cols;
     at::Tensor grad_x = at::empty_like(x);
     at::Tensor partials = at::empty({RmsNormBackwardPartials(rows), cols}, x.options().dtype(at::kFloat));
     LaunchRmsNormBackward(DTypeOf(x), grad_out.data_ptr(), x.data_ptr(), weight.data_ptr(),
-                          inv_rms.data_ptr<float>(), grad_x.data_ptr(), partials.data_ptr<float>(), rows, cols,
-                          StreamOf(x));
+                          inv_rms.data_ptr<float>(), residual.defined() ? residual.data_ptr() : nullptr,
+                          grad_x.data_ptr(), partials.data_ptr<float>(), rows, cols, StreamOf(x));
     // A few hundred fp32 rows: one small reduction, then the weight's dtype.
     at::Tensor grad_weight = partials.sum(0).to(weight.scalar_type());
-    return {grad_x, grad_weight, at::Tensor()};
+    return {grad_x, grad_weight, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -206,7 +219,14 @@ class SwiGluPackedFunction : public torch::autograd::Function<SwiGluPackedFuncti
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   TORCH_CHECK(x.scalar_type() == weight.scalar_type() && weight.dim() == 1 && weight.size(0) == x.size(-1),
               "fused RmsNorm: weight must be [", x.size(-1), "] in x's dtype");
-  return RmsNormFunction::apply(x, weight, eps);
+  return RmsNormFunction::apply(x, weight, eps, /*pass_input=*/false)[0];
+}
+
+std::pair<at::Tensor, at::Tensor> RmsNormOnResidual(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(x.scalar_type() == weight.scalar_type() && weight.dim() == 1 && weight.size(0) == x.size(-1),
+              "fused RmsNormOnResidual: weight must be [", x.size(-1), "] in x's dtype");
+  const variable_list out = RmsNormFunction::apply(x, weight, eps, /*pass_input=*/true);
+  return {out[0], out[1]};
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {

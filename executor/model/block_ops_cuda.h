@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <tuple>
+#include <utility>
 
 #include <ATen/core/Tensor.h>
 
@@ -13,6 +14,7 @@ namespace llmplan::executor::fused {
 // REQUIRES: CUDA tensors of one dtype (bf16 or fp32) on one device; shapes as
 // block_ops.h states and fitting base/block_kernel_shapes.h.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+std::pair<at::Tensor, at::Tensor> RmsNormOnResidual(const at::Tensor& x, const at::Tensor& weight, double eps);
 at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> QkvRope(const at::Tensor& qkv, const at::Tensor& cos,

@@ -127,7 +127,9 @@ at::Tensor LlamaModel::BlockForward(int layer, const std::vector<at::Tensor>& p,
 
   // Attention. RoPE runs on the projections viewed [B, T, H, D] (their
   // memory order); the transpose to [B, H, T, D] for attention is a view.
-  at::Tensor hn = RmsNorm(form, x, p[b.input_norm], spec_.rms_norm_eps);
+  // The norms' second outputs are x and h themselves, used for the residual
+  // adds, so each norm's backward also adds the residual stream's gradient.
+  const auto [hn, x_residual] = RmsNormOnResidual(form, x, p[b.input_norm], spec_.rms_norm_eps);
   at::Tensor cos = rope.cos.narrow(0, 0, t), sin = rope.sin.narrow(0, 0, t);
   at::Tensor q, k, v;
   if (fused) {
@@ -145,17 +147,17 @@ at::Tensor LlamaModel::BlockForward(int layer, const std::vector<at::Tensor>& p,
   }
   at::Tensor attn = compat::CausalAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
   attn = attn.transpose(1, 2).reshape({batch, t, nh * hd});
-  at::Tensor h = fused ? AddProjection(x, attn, p[b.o]) : x + at::linear(attn, p[b.o]);
+  at::Tensor h = fused ? AddProjection(x_residual, attn, p[b.o]) : x_residual + at::linear(attn, p[b.o]);
 
   // SwiGLU MLP.
-  at::Tensor mn = RmsNorm(form, h, p[b.post_norm], spec_.rms_norm_eps);
+  const auto [mn, h_residual] = RmsNormOnResidual(form, h, p[b.post_norm], spec_.rms_norm_eps);
   if (!fused) {
     // HF's statements: the MLP's intermediates die before the residual add.
     at::Tensor mlp = at::linear(SwiGlu(form, at::linear(mn, p[b.gate]), at::linear(mn, p[b.up])), p[b.down]);
-    return h + mlp;
+    return h_residual + mlp;
   }
   // Gate and up as one GEMM; the down projection's GEMM adds the residual.
-  return AddProjection(h, SwiGluPacked(PackedLinear(mn, {p[b.gate], p[b.up]}, {})), p[b.down]);
+  return AddProjection(h_residual, SwiGluPacked(PackedLinear(mn, {p[b.gate], p[b.up]}, {})), p[b.down]);
 }
 
 bool LlamaModel::RunsFusedKernels(const at::Tensor& x) const {

@@ -162,6 +162,21 @@ void FlatUnit::AccumulateIntoGrad(const at::Tensor& contribution, double scale) 
   grad_stale_ = false;
 }
 
+at::Tensor FlatUnit::ComputeGradIn(at::ScalarType dtype) const {
+  TORCH_CHECK(compute_grad_materialized(), "FlatUnit::ComputeGradIn: compute_grad was released");
+  at::NoGradGuard no_grad;
+#ifdef LLMPLAN_WITH_CUDA
+  if (dtype == at::kFloat && compute_grad_.is_cuda() && compute_grad_.scalar_type() == at::kBFloat16) {
+    const c10::cuda::CUDAGuard guard(compute_grad_.device());
+    at::Tensor out = at::empty({compute_grad_.numel()}, compute_grad_.options().dtype(at::kFloat));
+    if (LaunchWidenBf16(compute_grad_.data_ptr(), out.data_ptr<float>(), out.numel(), /*accumulate=*/false,
+                        at::cuda::getCurrentCUDAStream(compute_grad_.device().index()).stream()))
+      return out;
+  }
+#endif
+  return compute_grad_.to(dtype, /*non_blocking=*/false, /*copy=*/true);
+}
+
 void FlatUnit::StartGradients() {
   at::NoGradGuard no_grad;
   if (compute_grad_materialized()) compute_grad_.zero_();

@@ -451,7 +451,7 @@ void StepInterpreter::Backward(int unit, int mb) {
   at::NoGradGuard no_grad;
   FlatUnit& u = units_.at(unit);
   const at::ScalarType reduce = plan_.reduce_dtype == DType::kBF16 ? at::kBFloat16 : at::kFloat;
-  reduce_input_[unit] = u.compute_grad().to(reduce, /*non_blocking=*/false, /*copy=*/true);
+  reduce_input_[unit] = u.ComputeGradIn(reduce);
   u.ReleaseComputeGrad();
 }
 

@@ -107,6 +107,40 @@ TEST_F(BlockOpsGpuTest, RmsNormMatchesCompositeAndItsGradientsAreAsAccurate) {
   }
 }
 
+// The norm on the residual stream: x's gradient is the norm's plus the
+// residual stream's, equal bit for bit to autograd's sum of the two (the
+// fused norm, then an add), and the second output is x itself.
+TEST_F(BlockOpsGpuTest, RmsNormOnResidualAddsTheResidualGradientAsAutogradWould) {
+  for (const at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    for (const int64_t cols : {64, 2048, 8192}) {
+      SCOPED_TRACE(std::string(dtype == at::kFloat ? "fp32" : "bf16") + " cols " + std::to_string(cols));
+      const at::Tensor x0 = Randn({2, 29, cols}, dtype) * 3;
+      const at::Tensor w0 = (Randn({cols}, at::kFloat) * 0.1 + 1).to(dtype);
+      const at::Tensor g_norm = Randn({2, 29, cols}, dtype), g_residual = Randn({2, 29, cols}, dtype);
+      // Separate: the fused norm, and x used again by the residual add.
+      at::Tensor xs = x0.clone().requires_grad_(true), ws = w0.clone().requires_grad_(true);
+      at::Tensor ns = RmsNorm(kFused, xs, ws, 1e-5);
+      torch::autograd::backward({ns, xs * 1}, {g_norm, g_residual});
+      // Fused: both gradients into the norm's backward.
+      at::Tensor xf = x0.clone().requires_grad_(true), wf = w0.clone().requires_grad_(true);
+      const auto [nf, rf] = RmsNormOnResidual(kFused, xf, wf, 1e-5);
+      EXPECT_EQ(rf.data_ptr(), xf.data_ptr());
+      EXPECT_TRUE(at::equal(nf, ns));
+      torch::autograd::backward({nf, rf * 1}, {g_norm, g_residual});
+      EXPECT_TRUE(at::equal(xf.grad(), xs.grad()));
+      EXPECT_TRUE(at::equal(wf.grad(), ws.grad()));
+      // Without a residual gradient it is the plain norm's.
+      at::Tensor xn = x0.clone().requires_grad_(true), wn = w0.clone().requires_grad_(true);
+      const auto [nn, rn] = RmsNormOnResidual(kFused, xn, wn, 1e-5);
+      (void)rn;
+      torch::autograd::backward({nn}, {g_norm});
+      at::Tensor xp = x0.clone().requires_grad_(true), wp = w0.clone().requires_grad_(true);
+      torch::autograd::backward({RmsNorm(kFused, xp, wp, 1e-5)}, {g_norm});
+      EXPECT_TRUE(at::equal(xn.grad(), xp.grad()));
+    }
+  }
+}
+
 TEST_F(BlockOpsGpuTest, RopeMatchesCompositeBitForBitInBf16) {
   for (const at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
     for (const int64_t head_dim : {64, 128}) {

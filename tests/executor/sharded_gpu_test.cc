@@ -101,6 +101,11 @@ TEST_F(ShardedGpuTest, GradientShardTakesBf16ContributionsExactly) {
     unit.StartGradients();
     unit.AccumulateIntoGrad(shard, 0.5);
     EXPECT_TRUE(at::equal(unit.grad(), shard * 0.5)) << n;
+    // A sharded unit's reduce-scatter input: compute_grad widened to fp32
+    // (the kernel), or kept bf16 (a copy), each equal to ATen's cast.
+    unit.compute_grad().copy_(a);
+    EXPECT_TRUE(at::equal(unit.ComputeGradIn(at::kFloat).narrow(0, 0, n), a.to(at::kFloat))) << n;
+    EXPECT_TRUE(at::equal(unit.ComputeGradIn(at::kBFloat16), unit.compute_grad())) << n;
   }
 }
 
