@@ -107,21 +107,43 @@ KernelProfile SummarizeKernels(const std::vector<DeviceEvent>& events) {
     ks.total_s += std::max(0.0, e.duration_s);
   }
   p.streams = static_cast<int64_t>(streams.size());
-  // Busy: the union of the intervals, swept in start order.
-  std::sort(spans.begin(), spans.end());
-  double first = spans.front().first, last = spans.front().second;
-  double run_start = spans.front().first, run_end = spans.front().second;
-  for (size_t i = 1; i < spans.size(); ++i) {
+  // Busy: the union of the intervals, swept in start order; each hole in it
+  // is an idle gap.
+  std::vector<size_t> order(events.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return spans[a] < spans[b]; });
+  double first = spans[order.front()].first, last = spans[order.front()].second;
+  double run_start = first, run_end = last;
+  size_t run_last = order.front();  // the event whose end is run_end
+  std::vector<IdleGap> gaps;
+  for (size_t k = 1; k < order.size(); ++k) {
+    const size_t i = order[k];
     last = std::max(last, spans[i].second);
     if (spans[i].first > run_end) {
       p.busy_s += run_end - run_start;
+      const double gap = spans[i].first - run_end;
+      if (gap <= kKernelTurnaroundS) {
+        p.turnaround_gaps += 1;
+        p.turnaround_idle_s += gap;
+      } else {
+        p.wait_gaps += 1;
+        p.wait_idle_s += gap;
+        gaps.push_back(IdleGap{run_end, gap, events[run_last].name, events[i].name});
+      }
       run_start = spans[i].first;
       run_end = spans[i].second;
-    } else {
-      run_end = std::max(run_end, spans[i].second);
+      run_last = i;
+    } else if (spans[i].second > run_end) {
+      run_end = spans[i].second;
+      run_last = i;
     }
   }
   p.busy_s += run_end - run_start;
+  std::sort(gaps.begin(), gaps.end(),
+            [](const IdleGap& a, const IdleGap& b) { return a.duration_s > b.duration_s; });
+  if (gaps.size() > static_cast<size_t>(kMaxGapsKept)) gaps.resize(kMaxGapsKept);
+  p.longest_gaps = std::move(gaps);
+  p.start_s = first;
   p.span_s = last - first;
   for (auto& [name, stat] : by_name) p.kernels.push_back(std::move(stat));
   std::sort(p.kernels.begin(), p.kernels.end(), [](const KernelStat& a, const KernelStat& b) {
@@ -171,6 +193,18 @@ void PrintKernelProfile(std::ostream& out, const KernelProfile& p, int top) {
                 static_cast<long long>(p.events), static_cast<long long>(p.streams), ms(p.span_s), ms(p.busy_s),
                 ms(p.idle_s()), p.span_s > 0 ? 100 * p.idle_s() / p.span_s : 0.0);
   out << buf;
+  if (p.turnaround_gaps + p.wait_gaps > 0) {
+    std::snprintf(buf, sizeof buf, "  idle: %.2f ms in %lld gaps of <= %.0f us (kernel turnaround), %.2f ms in %lld longer\n",
+                  ms(p.turnaround_idle_s), static_cast<long long>(p.turnaround_gaps), kKernelTurnaroundS * 1e6,
+                  ms(p.wait_idle_s), static_cast<long long>(p.wait_gaps));
+    out << buf;
+    for (const IdleGap& g : p.longest_gaps) {
+      std::snprintf(buf, sizeof buf, "    %8.1f us at +%.2f ms, after %s, before %s\n", g.duration_s * 1e6,
+                    ms(g.start_s - p.start_s), Shorten(g.before, 50).c_str(),
+                    Shorten(g.after, 50).c_str());
+      out << buf;
+    }
+  }
   double total = 0;
   for (const KernelClassStat& c : p.classes) total += c.total_s;
   std::snprintf(buf, sizeof buf, "  %-18s %8s %11s %7s\n", "class", "kernels", "time", "share");
@@ -201,6 +235,11 @@ nlohmann::json KernelProfileJson(const KernelProfile& p, int top) {
     classes[KernelClassName(static_cast<KernelClass>(i))] = {{"count", p.classes[i].count},
                                                              {"total_s", p.classes[i].total_s}};
   j["classes"] = classes;
+  nlohmann::json longest = nlohmann::json::array();
+  for (const IdleGap& g : p.longest_gaps)
+    longest.push_back({{"start_s", g.start_s - p.start_s}, {"duration_s", g.duration_s}, {"before", g.before}, {"after", g.after}});
+  j["idle"] = {{"turnaround_gaps", p.turnaround_gaps}, {"turnaround_s", p.turnaround_idle_s},
+               {"wait_gaps", p.wait_gaps}, {"wait_s", p.wait_idle_s}, {"longest", longest}};
   nlohmann::json kernels = nlohmann::json::array();
   for (int i = 0; i < top && i < static_cast<int>(p.kernels.size()); ++i) {
     const KernelStat& k = p.kernels[i];

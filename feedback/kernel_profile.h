@@ -66,15 +66,36 @@ struct KernelClassStat {
   double total_s = 0;  // summed over kernels (overlapping streams add up)
 };
 
+// A stretch of the span in which no stream ran anything, between the end of
+// the activity named `before` and the start of `after`.
+struct IdleGap {
+  double start_s = 0, duration_s = 0;
+  std::string before, after;
+};
+
+// Gaps up to this long are the device's own turnaround between dependent
+// kernels on a stream (launch latency, the drain of one grid before the next
+// starts: a few microseconds on an H200 even when the host is far ahead);
+// fewer kernels or CUDA graphs shrink them. Longer ones are waits: for the
+// host, a copy or a collective.
+inline constexpr double kKernelTurnaroundS = 20e-6;
+
 struct KernelProfile {
   int64_t events = 0;   // device events summed up
   int64_t streams = 0;  // distinct streams they ran on
+  double start_s = 0;  // the first activity's start, on the trace's clock
   double span_s = 0, busy_s = 0;
   double idle_s() const { return span_s - busy_s; }
+  // idle_s() split at kKernelTurnaroundS: how many gaps and their total.
+  int64_t turnaround_gaps = 0, wait_gaps = 0;
+  double turnaround_idle_s = 0, wait_idle_s = 0;
+  std::vector<IdleGap> longest_gaps;  // the kMaxGapsKept longest, longest first
   KernelClassStat classes[kKernelClasses];
   std::vector<KernelStat> kernels;  // every distinct name, most total time first
   const KernelClassStat& of(KernelClass c) const { return classes[static_cast<int>(c)]; }
 };
+
+inline constexpr int kMaxGapsKept = 10;
 
 // Sums up device events (any order).
 KernelProfile SummarizeKernels(const std::vector<DeviceEvent>& events);
@@ -89,11 +110,14 @@ std::vector<DeviceEvent> ReadDeviceEvents(const std::string& trace_path);
 // kernels plus the host's ops, a few tens of MiB.
 inline constexpr int64_t kMaxKernelTraceBytes = int64_t{1} << 30;
 
-// Text for a person: span, busy, idle, each class's share, the `top` most
-// expensive kernels (names shortened to 90 characters).
+// Text for a person: span, busy, idle (turnaround and waits, the longest
+// waits with their neighbours), each class's share, the `top` most expensive
+// kernels (names shortened to 90 characters).
 void PrintKernelProfile(std::ostream& out, const KernelProfile& profile, int top);
 
 // {"events", "streams", "span_s", "busy_s", "idle_s",
+//  "idle": {"turnaround_gaps", "turnaround_s", "wait_gaps", "wait_s",
+//           "longest": [{"start_s", "duration_s", "before", "after"}]},
 //  "classes": {CLASS: {"count", "total_s"}},
 //  "kernels": [{"name", "class", "count", "total_s"}] (the `top` first)}
 nlohmann::json KernelProfileJson(const KernelProfile& profile, int top);

@@ -4,6 +4,7 @@
 // and traces that are not traces.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -82,6 +83,44 @@ TEST(KernelProfileTest, BusyIsTheUnionOfEveryStreamsIntervals) {
   EXPECT_EQ(p.kernels[0].name, "nvjet_gemm_a");  // most total time first
   EXPECT_EQ(p.kernels[0].count, 2);
   EXPECT_EQ(p.kernels[2].name, "Memcpy DtoH");
+  // The one gap, 10 ms: a wait, after the GEMM that ends the busy run (the
+  // collective ends first), before the copy.
+  EXPECT_EQ(p.turnaround_gaps, 0);
+  EXPECT_EQ(p.wait_gaps, 1);
+  EXPECT_NEAR(p.wait_idle_s, 0.010, 1e-12);
+  ASSERT_EQ(p.longest_gaps.size(), 1u);
+  EXPECT_NEAR(p.longest_gaps[0].start_s - p.start_s, 0.020, 1e-12);
+  EXPECT_EQ(p.longest_gaps[0].before, "nvjet_gemm_a");
+  EXPECT_EQ(p.longest_gaps[0].after, "Memcpy DtoH");
+}
+
+TEST(KernelProfileTest, IdleSplitsIntoKernelTurnaroundAndWaits) {
+  // 30 kernels back to back, 3 us apart, then a 500 us wait, then 12 more
+  // kernels with 25 us gaps (just over the turnaround bound), on one stream.
+  std::vector<DeviceEvent> events;
+  double t = 0;
+  for (int i = 0; i < 30; ++i, t += 100e-6 + 3e-6) events.push_back({"k" + std::to_string(i), "kernel", 7, t, 100e-6});
+  t += 500e-6 - 3e-6;
+  for (int i = 0; i < 12; ++i, t += 100e-6 + 25e-6) events.push_back({"late", "kernel", 7, t, 100e-6});
+  std::reverse(events.begin(), events.end());  // any order
+  const KernelProfile p = SummarizeKernels(events);
+  EXPECT_EQ(p.turnaround_gaps, 29);
+  EXPECT_NEAR(p.turnaround_idle_s, 29 * 3e-6, 1e-12);
+  EXPECT_EQ(p.wait_gaps, 12);
+  EXPECT_NEAR(p.wait_idle_s, 500e-6 + 11 * 25e-6, 1e-12);
+  EXPECT_NEAR(p.idle_s(), p.turnaround_idle_s + p.wait_idle_s, 1e-12);
+  ASSERT_EQ(p.longest_gaps.size(), static_cast<size_t>(kMaxGapsKept));
+  EXPECT_NEAR(p.longest_gaps[0].duration_s, 500e-6, 1e-12);
+  EXPECT_EQ(p.longest_gaps[0].before, "k29");
+  EXPECT_EQ(p.longest_gaps[0].after, "late");
+  EXPECT_NEAR(p.longest_gaps[1].duration_s, 25e-6, 1e-12);
+  const nlohmann::json j = KernelProfileJson(p, 3);
+  EXPECT_EQ(j["idle"]["wait_gaps"], 12);
+  EXPECT_EQ(j["idle"]["longest"].size(), static_cast<size_t>(kMaxGapsKept));
+  std::ostringstream text;
+  PrintKernelProfile(text, p, 3);
+  EXPECT_NE(text.str().find("in 29 gaps of <= 20 us"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("after k29, before late"), std::string::npos) << text.str();
 }
 
 class KernelTraceFileTest : public ::testing::Test {
