@@ -103,6 +103,13 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
     op.work.elementwise_bytes = Padded(u) * (ParamBytes() + (mb == 0 ? 4 : 8));
     op.work.launches = 2;
     if (last_mb && R(u) > 1) op.gradient_scale = 1.0 / R(u);
+    // On a GPU the bf16 gradient is widened by llmplan's kernel, whose last
+    // pass of the step also sums the squares for the grad norm (one more
+    // launch: the blocks' partial sums).
+    if (last_mb && op.gradient_scale == 1.0 && profile_.device_kind != "cpu" && ParamBytes() == 2) {
+      squares_in_reduction_[u] = true;
+      op.work.launches += 1;
+    }
     tensors_.Free(compute_grad_[u], op.alloc_at_start);
     compute_grad_[u] = -1;
     AfterReduction(u, Add(std::move(op)), last_mb);

@@ -180,6 +180,7 @@ void ProgramBuilder::MakeUnits() {
   last_forward_.assign(n, -1);
   gather_fwd_.assign(n, -1);
   grad_final_.assign(n, -1);
+  squares_in_reduction_.assign(n, false);
   update_ready_.assign(n, -1);
   grad_down_.assign(n, -1);
   last_release_of_unit_.assign(n, -1);

@@ -191,6 +191,10 @@ class ProgramBuilder {
   std::vector<int> last_release_of_unit_;
   std::vector<int> last_forward_, gather_fwd_;
   std::vector<int> grad_final_;  // per unit: the op after which its fp32 gradient is final
+  // Per unit: its final local reduction also sums the gradient's squares
+  // (the GPU's widening kernel, FlatUnit::AccumulateIntoGrad), so the grad
+  // norm op does not read that gradient again.
+  std::vector<bool> squares_in_reduction_;
   std::vector<int> update_ready_;  // per unit: the op its first forward's parameters wait for (-1: none);
                                    // delayed update: its parameters' copy up (the slot it frees)
   std::vector<int> grad_down_;     // per unit: its gradient's copy to its host staging slot (offload optimizer)

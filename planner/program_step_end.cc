@@ -8,8 +8,14 @@ namespace llmplan {
 
 void ProgramBuilder::ClipGradients() {
   const int n = NumUnits();
+  // The norm reads the gradients whose reduction did not already sum their squares.
   double shard_params = 0;
-  for (int u = 0; u < n; ++u) shard_params += Shard(u);
+  int read_units = 0;
+  for (int u = 0; u < n; ++u) {
+    if (squares_in_reduction_[u]) continue;
+    shard_params += Shard(u);
+    ++read_units;
+  }
   AccumulateThrough(reduce_scatters_.empty() ? -1 : reduce_scatters_.back());
   // Clipping needs the global gradient norm: every reduction must be in.
   StepOp norm;
@@ -18,7 +24,7 @@ void ProgramBuilder::ClipGradients() {
   norm.name = "grad norm";
   for (int u = 0; u < n; ++u) norm.deps.push_back(grad_final_[u]);
   norm.work.elementwise_bytes = 4 * shard_params;
-  norm.work.launches = 2 * n;
+  norm.work.launches = 2 * read_units + 2;  // a norm and a square per unit read; the stack and the sum
   int last = Add(std::move(norm));
   if (G() > 1) {
     // Summed over the shard group only: replicas hold identical shards after

@@ -123,10 +123,10 @@ void FlatUnit::RefreshComputeShard() {
   compute_shard_.copy_(master_);
 }
 
-void FlatUnit::ReduceGradientsLocal(bool release) {
+void FlatUnit::ReduceGradientsLocal(bool release, at::Tensor* square_sum) {
   TORCH_CHECK(group_size_ == 1, "FlatUnit::ReduceGradientsLocal needs an unsharded unit");
   TORCH_CHECK(compute_grad_materialized(), "FlatUnit::ReduceGradientsLocal: compute_grad was released");
-  AccumulateIntoGrad(compute_grad_);
+  AccumulateIntoGrad(compute_grad_, 1.0, square_sum);
   if (release) {
     ReleaseComputeGrad();  // the caching allocator reuses the block once the add above has run
   } else {
@@ -134,17 +134,23 @@ void FlatUnit::ReduceGradientsLocal(bool release) {
   }
 }
 
-void FlatUnit::AccumulateIntoGrad(const at::Tensor& contribution, double scale) {
+void FlatUnit::AccumulateIntoGrad(const at::Tensor& contribution, double scale, at::Tensor* square_sum) {
   TORCH_CHECK(contribution.numel() == grad_.numel(), "FlatUnit::AccumulateIntoGrad: ", contribution.numel(),
               " values for a gradient shard of ", grad_.numel());
   at::NoGradGuard no_grad;
+  if (square_sum != nullptr) *square_sum = at::Tensor();
 #ifdef LLMPLAN_WITH_CUDA
   if (scale == 1.0 && grad_.is_cuda() && contribution.device() == grad_.device() &&
       contribution.scalar_type() == at::kBFloat16 && contribution.is_contiguous()) {
     const c10::cuda::CUDAGuard guard(grad_.device());
+    at::Tensor partials;
+    if (square_sum != nullptr)
+      partials = at::empty({WidenBf16Partials(grad_.numel())}, grad_.options().dtype(at::kFloat));
     if (LaunchWidenBf16(contribution.data_ptr(), grad_.data_ptr<float>(), grad_.numel(), /*accumulate=*/!grad_stale_,
+                        partials.defined() ? partials.data_ptr<float>() : nullptr,
                         at::cuda::getCurrentCUDAStream(grad_.device().index()).stream())) {
       grad_stale_ = false;
+      if (square_sum != nullptr) *square_sum = partials.sum();
       return;
     }
   }
@@ -170,7 +176,7 @@ at::Tensor FlatUnit::ComputeGradIn(at::ScalarType dtype) const {
     const c10::cuda::CUDAGuard guard(compute_grad_.device());
     at::Tensor out = at::empty({compute_grad_.numel()}, compute_grad_.options().dtype(at::kFloat));
     if (LaunchWidenBf16(compute_grad_.data_ptr(), out.data_ptr<float>(), out.numel(), /*accumulate=*/false,
-                        at::cuda::getCurrentCUDAStream(compute_grad_.device().index()).stream()))
+                        /*square_partials=*/nullptr, at::cuda::getCurrentCUDAStream(compute_grad_.device().index()).stream()))
       return out;
   }
 #endif

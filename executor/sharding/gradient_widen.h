@@ -16,10 +16,19 @@
 namespace llmplan::executor {
 
 // out[i] = in[i] (accumulate false) or out[i] += in[i], i < n, in fp32, as
-// one launch on `stream` (a cudaStream_t). Returns false (launching nothing)
-// when in is not 16-byte aligned or out not 16-byte aligned: the caller then
-// uses LibTorch's kernels.
-// REQUIRES: device pointers on the current device; n >= 0.
-bool LaunchWidenBf16(const void* in_bf16, float* out, int64_t n, bool accumulate, void* stream);
+// one launch on `stream` (a cudaStream_t). With square_partials (else null),
+// the same pass also sums the squares of the values it writes: block b of the
+// launch writes its fp32 sum to square_partials[b], so their sum is the
+// squared L2 norm of out (what gradient clipping needs) without a second
+// read of out; the order of the additions is fixed, so the result is the
+// same on every run. Returns false (launching nothing) when in or out is not
+// 16-byte aligned: the caller then uses LibTorch's kernels.
+// REQUIRES: device pointers on the current device; n >= 0; square_partials
+// holds WidenBf16Partials(n) floats.
+bool LaunchWidenBf16(const void* in_bf16, float* out, int64_t n, bool accumulate, float* square_partials,
+                     void* stream);
+
+// The number of blocks (partial sums) LaunchWidenBf16 uses for n elements.
+int64_t WidenBf16Partials(int64_t n);
 
 }  // namespace llmplan::executor

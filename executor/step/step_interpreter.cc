@@ -286,6 +286,7 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   grad_flowing_.clear();
   reduce_input_.clear();
   reduced_shard_.clear();
+  grad_square_sum_.clear();
   param_staging_.clear();
   master_staging_.clear();
   loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
@@ -471,7 +472,12 @@ void StepInterpreter::AccumulateShard(const StepOp& op) {
 
 void StepInterpreter::LocalReduce(const StepOp& op) {
   FlatUnit& unit = units_.at(op.unit);
-  unit.ReduceGradientsLocal(/*release=*/true);
+  // The step's last contribution, unscaled, is the unit's final gradient:
+  // its widening pass can sum the squares for the grad norm as it writes.
+  const bool final_gradient = op.micro_batch == plan_.grad_accum - 1 && op.gradient_scale == 1.0;
+  at::Tensor square_sum;
+  unit.ReduceGradientsLocal(/*release=*/true, final_gradient ? &square_sum : nullptr);
+  if (square_sum.defined()) grad_square_sum_[op.unit] = square_sum;
   if (op.gradient_scale != 1.0) {
     at::NoGradGuard no_grad;
     unit.grad().mul_(op.gradient_scale);
@@ -484,12 +490,18 @@ void StepInterpreter::GradNorm(const StepOp& op) {
   // (replicate_edges) has the same whole gradient on every rank of the
   // group: only the group's first rank counts it, so it counts once.
   const bool first_of_group = comms_.shard == nullptr || comms_.shard->rank() == 0;
-  std::vector<at::Tensor> grads;
-  for (auto& u : units_) {
+  std::vector<at::Tensor> grads, squares;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    FlatUnit& u = units_[i];
     TORCH_CHECK(!u.grad_stale(), "grad norm: a unit's gradient was read before any reduction wrote it this step");
-    if (first_of_group || u.group_size() == plan_.shard_group_size) grads.push_back(u.grad());
+    if (!first_of_group && u.group_size() != plan_.shard_group_size) continue;
+    auto known = grad_square_sum_.find(static_cast<int>(i));
+    if (known != grad_square_sum_.end()) squares.push_back(known->second.reshape({}));
+    else grads.push_back(u.grad());
   }
-  norm_sq_ = AdamW::SumOfSquares(grads).reshape({1}).contiguous();
+  if (!grads.empty()) squares.push_back(AdamW::SumOfSquares(grads));
+  TORCH_CHECK(!squares.empty(), "grad norm: no gradient to take the norm of");
+  norm_sq_ = at::stack(squares).sum().reshape({1}).contiguous();
 }
 
 void StepInterpreter::ClipGradients(const StepOp& op) {

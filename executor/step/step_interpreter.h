@@ -233,6 +233,10 @@ class StepInterpreter {
   std::map<int, at::Tensor> reduced_shard_;  // reduce-scatter op id -> the shard it writes
   std::map<int, at::Tensor> param_staging_;   // unit -> its compute shard copied up for the next gather
   std::map<int, at::Tensor> master_staging_;  // unit -> its fp32 master copied up for the GPU AdamW
+  // unit -> its gradient's sum of squares, from the widening pass of its
+  // last local reduction (FlatUnit::AccumulateIntoGrad): the grad norm op
+  // reads no gradient of these units again.
+  std::map<int, at::Tensor> grad_square_sum_;
   at::Tensor loss_sum_, norm_sq_;
   double grad_norm_ = 0;
   bool skip_update_ = false;

@@ -101,6 +101,26 @@ TEST_F(ShardedGpuTest, GradientShardTakesBf16ContributionsExactly) {
     unit.StartGradients();
     unit.AccumulateIntoGrad(shard, 0.5);
     EXPECT_TRUE(at::equal(unit.grad(), shard * 0.5)) << n;
+    // The last contribution's pass also sums the squares of the result (the
+    // kernel), equal to a separate norm's up to the order of the additions;
+    // a contribution ATen adds gives none (the caller takes the norm itself).
+    at::Tensor square_sum;
+    unit.StartGradients();
+    unit.AccumulateIntoGrad(a);
+    unit.AccumulateIntoGrad(b, 1.0, &square_sum);
+    ASSERT_TRUE(square_sum.defined()) << n;
+    const double want = unit.grad().to(at::kDouble).square().sum().item<double>();
+    EXPECT_NEAR(square_sum.item<double>(), want, 1e-5 * want) << n;
+    const double again = [&] {
+      at::Tensor repeat;
+      unit.StartGradients();
+      unit.AccumulateIntoGrad(a);
+      unit.AccumulateIntoGrad(b, 1.0, &repeat);
+      return repeat.item<double>();
+    }();
+    EXPECT_EQ(again, square_sum.item<double>()) << n << ": the same bits on every run";
+    unit.AccumulateIntoGrad(misaligned, 1.0, &square_sum);
+    EXPECT_FALSE(square_sum.defined()) << n;
     // A sharded unit's reduce-scatter input: compute_grad widened to fp32
     // (the kernel), or kept bf16 (a copy), each equal to ATen's cast.
     unit.compute_grad().copy_(a);
