@@ -381,7 +381,9 @@ TEST(SimulatorTest, CpuAdamWSlowsExactlyWhileACopyRuns) {
 // staged per unit, the embedding's 1.5 GB gradient (28 ms) comes down after
 // the step's last reduction, and the copies (7.3 ms a block) trail the
 // last micro-batch's backward (6.5 ms a block); through the slots the
-// embedding's copy is exposed at the next step's start instead.
+// embedding's copy is exposed at the next step's start instead. The
+// slowdown is the one measured on the one-H200 host (profiles/h200-sxm-1gpu);
+// at 0.2 the two forms came within 0.04% once the grad norm op got shorter.
 TEST(SimulatorTest, ContentionWithCopiesCostsTheSlotsMoreThanPerUnitStaging) {
   Plan plan;
   plan.model = PresetModel("llama3.2-3b");
@@ -404,14 +406,14 @@ TEST(SimulatorTest, ContentionWithCopiesCostsTheSlotsMoreThanPerUnitStaging) {
   };
   const auto [slots_alone, slots_step_alone] = cpu_seconds(plan, 0);
   const auto [unit_alone, unit_step_alone] = cpu_seconds(unit, 0);
-  const auto [slots_beside, slots_step] = cpu_seconds(plan, 0.2);
-  const auto [unit_beside, unit_step] = cpu_seconds(unit, 0.2);
+  const auto [slots_beside, slots_step] = cpu_seconds(plan, 0.64);
+  const auto [unit_beside, unit_step] = cpu_seconds(unit, 0.64);
   EXPECT_NEAR(slots_alone, unit_alone, 1e-9 * unit_alone);  // the same updates at the same rate
   EXPECT_GT(slots_beside, slots_alone);
   EXPECT_GT(slots_beside - slots_alone, unit_beside - unit_alone);
   EXPECT_NEAR(unit_step_alone, slots_step_alone, 0.01 * slots_step_alone);
   EXPECT_LT(unit_step, slots_step);
-  std::printf("step alone: unit %.4f s, slots %.4f s; cpu_adam_slowdown_during_copies 0.2: unit %.4f s, slots %.4f s\n",
+  std::printf("step alone: unit %.4f s, slots %.4f s; cpu_adam_slowdown_during_copies 0.64: unit %.4f s, slots %.4f s\n",
               unit_step_alone, slots_step_alone, unit_step, slots_step);
 }
 

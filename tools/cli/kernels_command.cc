@@ -6,9 +6,10 @@
 //
 //   llmplan kernels TRACE [TRACE...] [--top N] [--json]
 //
-// One trace: device span, busy and idle time, time per kernel class, the N
-// most expensive kernels. Several: their classes side by side, each
-// column one trace, then each trace's most expensive kernels.
+// One trace: device span, busy and idle time (kernel turnaround and waits),
+// time per kernel class, the N most expensive kernels. Several: their
+// classes side by side, each column one trace, then each trace's most
+// expensive kernels.
 // --json prints [KernelProfileJson, ...] in the traces' order.
 #include <cstdio>
 #include <iostream>
@@ -49,6 +50,8 @@ void PrintSideBySide(const std::vector<std::string>& names, const std::vector<Ke
   row("device span", [&](const KernelProfile& p) { return ms(p.span_s); });
   row("busy", [&](const KernelProfile& p) { return ms(p.busy_s); });
   row("idle", [&](const KernelProfile& p) { return ms(p.idle_s()); });
+  row("  turnaround", [&](const KernelProfile& p) { return ms(p.turnaround_idle_s); });
+  row("  waits", [&](const KernelProfile& p) { return ms(p.wait_idle_s); });
   for (int c = 0; c < kKernelClasses; ++c) {
     bool any = false;
     for (const KernelProfile& p : profiles) any = any || p.classes[c].count > 0;
