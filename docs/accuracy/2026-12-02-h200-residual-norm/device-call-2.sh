@@ -2,7 +2,8 @@
 # Device call 2 (nvidia-h200, carry .deps and out/old = `git archive fcb3aac`
 # without docs and test data): the gradient norm summed in the last widening
 # pass of each unit's gradient (and that kernel with two loads in flight per
-# thread). GPU tests; the planned 1B plan before and after, three pairs of 30
+# thread), and the step recorder no longer waiting on each op's event after
+# the device synchronisation (c76bce8, 119de20). GPU tests; the planned 1B plan before and after, three pairs of 30
 # steps alternating, the last pair kernel-traced at step 20; then llmplan
 # against FSDP2 eager and compiled in the time left.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
