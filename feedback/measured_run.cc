@@ -99,9 +99,14 @@ std::vector<const MeasuredStep*> MeasuredRun::TimedSteps() const {
   // several GPUs the second still connects NCCL's channels for new sizes
   // (measured on 2 x H200: 0.58 s against 0.37 s steady). Runs of 4 steps or
   // more leave both out.
+  // A kernel-traced step is left out too: the profiler's per-op host work
+  // made it 1.7x as long on the 1B plan (445 ms against 255), which would
+  // read as host overhead in a comparison and in the calibrated profile.
   const size_t warm_up = steps.size() >= 4 ? 2 : (steps.size() > 1 ? 1 : 0);
   std::vector<const MeasuredStep*> out;
-  for (size_t i = warm_up; i < steps.size(); ++i) out.push_back(&steps[i]);
+  for (size_t i = warm_up; i < steps.size(); ++i)
+    if (!steps[i].kernel_traced) out.push_back(&steps[i]);
+  if (out.empty() && !steps.empty()) out.push_back(&steps.back());  // a run of nothing but its traced step
   return out;
 }
 
@@ -158,9 +163,19 @@ MeasuredRun LoadMeasuredRun(const std::string& dir) {
     s.hfu = mo.Number("hfu", 0);
     s.peak_allocated = mo.Number("peak_allocated_bytes", 0);
     s.peak_reserved = mo.Number("peak_reserved_bytes", 0);
+    s.kernel_traced = mo.Bool("kernel_traced", false);
     run.steps.push_back(std::move(s));
   }
   if (run.steps.empty()) throw UserError(dir + " holds no finished step (op_times.jsonl and metrics.jsonl)");
+  // Runs written before metrics.jsonl said which step was kernel-traced:
+  // the trace's summary names it.
+  const std::string kernel_profile_path = (fs::path(dir) / "kernel_profile.json").string();
+  if (fs::exists(kernel_profile_path, ec)) {
+    const nlohmann::json j = ReadJsonFile(kernel_profile_path, "kernel profile");
+    const int64_t traced = JsonObject(j, kernel_profile_path).Integer("step", 0, int64_t{1} << 40, 0);
+    for (MeasuredStep& s : run.steps)
+      if (s.step == traced) s.kernel_traced = true;
+  }
   const std::string summary_path = (fs::path(dir) / "summary.json").string();
   if (fs::exists(summary_path, ec)) {
     const nlohmann::json j = ReadJsonFile(summary_path, "run summary");

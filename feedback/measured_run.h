@@ -2,7 +2,8 @@
 // run directory — the measurement side of every comparison and calibration.
 // No LibTorch: the files are plain JSON written by executor/run/metrics.h:
 //   plan.json, program.json, op_times.jsonl, metrics.jsonl, summary.json (optional:
-//   a run that died keeps every finished step).
+//   a run that died keeps every finished step), kernel_profile.json (optional:
+//   which step --kernel-trace slowed, for runs whose metrics do not say).
 // Every measured op is keyed by the StepProgram op id, so the prediction for
 // the same plan (BuildStepProgram + Simulate) gives each one its twin.
 #pragma once
@@ -41,6 +42,7 @@ struct MeasuredStep {
   double loss = 0, step_s = 0, data_s = 0;
   double tokens_per_s_per_gpu = 0, mfu = 0, hfu = 0;
   double peak_allocated = 0, peak_reserved = 0;
+  bool kernel_traced = false;  // the profiler ran around it (--kernel-trace): slower host, not steady state
   // The device's makespan: the latest end of any op.
   double OpsMakespan() const;
   // Where each op ran, by op id, as the simulator reports its own.
@@ -58,7 +60,8 @@ struct MeasuredRun {
   // The steps that measure steady state: all but the first two when there
   // are 4 or more, all but the first when 2 or 3 (the first pays for
   // allocator growth and kernel selection, the second on several GPUs for
-  // NCCL's connections).
+  // NCCL's connections), and never the kernel-traced step unless it is the
+  // only one left. Never empty when `steps` is not.
   std::vector<const MeasuredStep*> TimedSteps() const;
   // Mean over TimedSteps() of an op's measured seconds.
   double MeanSeconds(int op) const;

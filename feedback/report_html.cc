@@ -151,7 +151,7 @@ std::string ComparisonReportHtml(const Comparison& c) {
   h << "<p class=\"what\">" << XmlEscape(DescribePlan(c)) << "</p>\n";
   h << "<p>Run <code>" << XmlEscape(c.run_dir) << "</code> on " << XmlEscape(c.device.empty() ? "?" : c.device) << ": "
     << c.steps << " steps, " << c.timed_steps
-    << " timed (all but the first, which pays for allocator growth). Predicted on the profile <code>"
+    << " timed (warm-up steps, which pay for allocator growth, and a kernel-traced step left out). Predicted on the profile <code>"
     << XmlEscape(c.profile) << "</code>. Error = (predicted &minus; measured) / measured.</p>\n";
 
   h << "<h2>Summary</h2>\n" << SummaryTable(c);

@@ -89,6 +89,7 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
                         {"lr", m.lr},
                         {"grad_norm", m.grad_norm},
                         {"update_skipped", m.update_skipped},
+                        {"kernel_traced", m.kernel_traced},
                         {"tokens_per_s", m.tokens_per_s},
                         {"tokens_per_s_per_gpu", m.tokens_per_s_per_gpu},
                         {"mfu", m.mfu},

@@ -55,6 +55,7 @@ struct StepMetrics {
   int64_t step = 0;  // optimizer steps taken, this one included (from 1)
   double loss = 0, lr = 0, grad_norm = 0;
   bool update_skipped = false;      // a bad step whose AdamW update was skipped (--bad-step skip)
+  bool kernel_traced = false;       // --kernel-trace ran the profiler around this step: its wall time is not steady state
   double tokens_per_s = 0;          // the whole job: all ranks' tokens per second
   double tokens_per_s_per_gpu = 0;  // per rank; MFU and HFU are per GPU too
   double mfu = 0, hfu = 0;

@@ -482,6 +482,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
       m.lr = r.lr;
       m.grad_norm = r.grad_norm;
       m.update_skipped = r.update_skipped;
+      m.kernel_traced = kernel_trace.IsTracedStep(taken + 1);
       m.tokens_per_s = static_cast<double>(plan.TokensPerStep()) / step_s;
       // MFU is per GPU: this rank's tokens against one device's peak.
       m.tokens_per_s_per_gpu = m.tokens_per_s / plan.gpus;

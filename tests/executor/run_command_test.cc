@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/launcher/launcher.h"
+#include "feedback/measured_run.h"
 #include "planner/plan.h"
 
 namespace llmplan {
@@ -180,10 +181,17 @@ TEST_F(RunCommandTest, KernelTraceOfOneStepIsLeftOutOfTheMeansAndBadStepsAreRefu
   EXPECT_EQ(summary["steps"].get<int>(), 3);
   std::istringstream lines(executor_test::ReadText(Path("traced/metrics.jsonl")));
   std::string line, last;
+  std::vector<bool> traced;
   while (std::getline(lines, line))
-    if (!line.empty()) last = line;
+    if (!line.empty()) {
+      last = line;
+      traced.push_back(nlohmann::json::parse(line)["kernel_traced"].get<bool>());
+    }
+  EXPECT_EQ(traced, (std::vector<bool>{false, true, false})) << "the metrics line says which step was traced";
   EXPECT_DOUBLE_EQ(summary["mean_tokens_per_s_per_gpu"].get<double>(),
                    nlohmann::json::parse(last)["tokens_per_s_per_gpu"].get<double>());
+  // `llmplan compare` and `calibrate` leave it out as the run's means do.
+  EXPECT_EQ(LoadMeasuredRun(Path("traced")).TimedSteps().size(), 1u);
   if (run.output.find("without Kineto") != std::string::npos) {
     // Debian's CPU LibTorch 1.13 records but cannot save a trace: one warning
     // line and the run goes on. (The CUDA wheels have Kineto: the file checks

@@ -60,6 +60,8 @@ struct SyntheticRunOptions {
   double first_step_factor = 1.5;  // the first (warm-up) step is this much slower: calibration must skip it
   double memory_factor = 1.0;      // measured peak memory = the plan's predicted peaks x this
   std::string device = "cuda:0";   // summary.json's device; empty: no summary.json
+  int kernel_traced_step = 0;      // this step (from 1) ran under the profiler: marked, and this much slower
+  double kernel_traced_factor = 1.75;
 };
 
 // Writes plan.json, program.json, op_times.jsonl, metrics.jsonl (and
@@ -79,7 +81,8 @@ inline void WriteSyntheticRun(const std::string& dir, const Plan& plan, const St
                                                     ReplayAllocatorIfItCanFit(plan, profile, program, memory));
   std::ofstream times(dir + "/op_times.jsonl"), metrics(dir + "/metrics.jsonl");
   for (int step = 1; step <= o.steps; ++step) {
-    const double f = step == 1 ? o.first_step_factor : 1.0;
+    const bool traced = step == o.kernel_traced_step;
+    const double f = step == 1 ? o.first_step_factor : (traced ? o.kernel_traced_factor : 1.0);
     std::vector<double> start, end, issued, allocated, reserved;
     for (const StepOp& op : program.ops) {
       start.push_back(f * t.spans[op.id].start);
@@ -102,6 +105,7 @@ inline void WriteSyntheticRun(const std::string& dir, const Plan& plan, const St
     metrics << nlohmann::json{{"step", step},
                               {"loss", 5.0},
                               {"step_s", f * t.step_s},
+                              {"kernel_traced", traced},
                               {"peak_allocated_bytes", o.memory_factor * predicted.memory.peak_allocated_bytes},
                               {"peak_reserved_bytes", o.memory_factor * predicted.memory.peak_reserved_bytes}}
                    .dump()
