@@ -224,6 +224,15 @@ inline void ResetMemoryPeaks(const at::Device& device) {
 #endif
 }
 
+// Hands the caching allocator's unused blocks on `device` back to the driver
+// (torch.cuda.empty_cache()), so another process can have them. No-op on a CPU.
+inline void ReleaseCachedMemory(const at::Device& device) {
+#ifdef LLMPLAN_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+  (void)device;
+}
+
 // The statistics of `device` (see MemoryStats). On a CPU without the tensor
 // counter all four are `process_peak_rss_bytes`, and `source` says so.
 inline MemoryStats ReadMemoryStats(const at::Device& device, int64_t process_peak_rss_bytes) {

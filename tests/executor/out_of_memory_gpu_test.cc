@@ -14,6 +14,7 @@
 #include "executor/run/trainer.h"
 #include "base/user_error.h"
 #include "executor/run/batch_source.h"
+#include "executor/torch_compat.h"
 
 namespace llmplan::executor {
 namespace {
@@ -69,6 +70,10 @@ TEST(OutOfMemoryGpuTest, PlanThatCannotFitFailsInOneLineNamingTheOpAndAPlanThatF
         << m;
     EXPECT_EQ(m.find("frame #"), std::string::npos) << m;
   }
+  // The failed step's blocks are free but still cached by this process: give
+  // them back, or the next test's `llmplan profile` child cannot even create
+  // its CUDA context (seen 2026-12-03: cudaSetDevice out of memory).
+  compat::ReleaseCachedMemory(at::Device("cuda:0"));
 }
 
 }  // namespace
