@@ -110,6 +110,13 @@ void ProgramBuilder::ReduceGradients(int u, int mb, int bwd, bool last_mb) {
       squares_in_reduction_[u] = true;
       op.work.launches += 1;
     }
+    if (AdamWReadsComputeGrad()) {
+      // Nothing to widen: the pass only reads the gradient for its squares,
+      // and the gradient stays for AdamW, which frees it (OptimizerStep).
+      op.work.elementwise_bytes = Padded(u) * ParamBytes();
+      AfterReduction(u, Add(std::move(op)), last_mb);
+      return;
+    }
     tensors_.Free(compute_grad_[u], op.alloc_at_start);
     compute_grad_[u] = -1;
     AfterReduction(u, Add(std::move(op)), last_mb);

@@ -203,8 +203,9 @@ void ProgramBuilder::MakePersistent() {
   // fp32 gradient shard accumulated over micro-batches (the whole gradient
   // when not sharded). On the device in every mode: the norm and clipping
   // read it there, and accumulating on the host instead would put a CPU add
-  // of every micro-batch's shard on the step's critical path.
-  pm.grad_shards = 4 * shard;
+  // of every micro-batch's shard on the step's critical path. None when
+  // AdamW reads the compute-dtype gradient (gradient_path.h).
+  pm.grad_shards = AdamWReadsComputeGrad() ? 0 : 4 * shard;
   if (o == Offload::kNone) {
     pm.param_shards = 4 * shard;
     pm.optimizer_state = 8 * shard;

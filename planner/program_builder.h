@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "planner/gradient_path.h"
 #include "planner/hardware_profile.h"
 #include "planner/memory_model.h"
 #include "planner/plan.h"
@@ -140,6 +141,8 @@ class ProgramBuilder {
   bool GroupSpansNodes(int group) const { return group > plan_.gpus_per_node; }
   double ReduceBytes() const { return DTypeBytes(plan_.reduce_dtype); }
   double ParamBytes() const { return DTypeBytes(plan_.param_dtype); }
+  // gradient_path.h: AdamW reads each unit's compute-dtype gradient; no fp32 one.
+  bool AdamWReadsComputeGrad() const { return OptimizerReadsComputeGradient(plan_, profile_.device_kind != "cpu"); }
   double Tokens() const { return static_cast<double>(plan_.micro_batch * plan_.seq_len); }
   bool TiedEmbedding(int u) const { return plan_.model.tied_embeddings && u == 0; }
   int NumUnits() const { return static_cast<int>(p_.units.size()); }

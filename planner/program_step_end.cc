@@ -94,6 +94,13 @@ void ProgramBuilder::OptimizerStep() {
     // write it; priced as if the norm exceeds the limit, as early in training).
     op.work.elementwise_bytes = 30 * shard + (scales_before_adamw ? 8 * shard : 0);
     op.work.launches = 1;
+    if (AdamWReadsComputeGrad()) {
+      // The gradient is read in the compute dtype (gradient_path.h), and its
+      // buffer goes back to the allocator once the update is issued.
+      op.work.elementwise_bytes -= (4 - ParamBytes()) * shard;
+      tensors_.Free(compute_grad_[u], op.alloc_at_start);
+      compute_grad_[u] = -1;
+    }
     const int step = Add(std::move(op));
     if (master_on_host) {
       master_in = u + 1 < NumUnits() ? master_up(u + 1) : -1;

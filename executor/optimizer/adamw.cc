@@ -89,14 +89,16 @@ double AdamW::ClipScale(double norm) const {
 void AdamW::CheckShapes(int unit, const at::Tensor& master, const at::Tensor& grad) const {
   const int64_t n = state_.nvme ? state_.nvme->shard_numel(unit) : state_.exp_avg.at(unit).numel();
   TORCH_CHECK(master.is_contiguous() && grad.is_contiguous() && master.numel() == n && grad.numel() == n &&
-                  master.scalar_type() == at::kFloat && grad.scalar_type() == at::kFloat,
-              "AdamW::Update: unit ", unit, " needs contiguous fp32 master and grad of ", n, " elements");
+                  master.scalar_type() == at::kFloat &&
+                  (grad.scalar_type() == at::kFloat || grad.scalar_type() == at::kBFloat16),
+              "AdamW::Update: unit ", unit, " needs contiguous fp32 master and fp32 or bf16 grad of ", n, " elements");
 }
 
 void AdamW::UpdateOnHost(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy,
                          const AdamWScalars& s) {
   CheckShapes(unit, master, grad);
   TORCH_CHECK(state_on_host_, "AdamW::UpdateOnHost: the optimizer state is not on the host");
+  TORCH_CHECK(grad.scalar_type() == at::kFloat, "AdamW::UpdateOnHost: the host update reads an fp32 gradient");
   // Offload: everything is in host memory by now (the interpreter copied
   // the gradient shard down); one threaded pass over the four arrays.
   TORCH_CHECK(master.device().is_cpu() && grad.device().is_cpu(), "AdamW::Update: offloaded state needs host tensors");
@@ -146,24 +148,27 @@ void AdamW::Update(int unit, at::Tensor& master, const at::Tensor& grad, const a
     // to the current device).
     const c10::cuda::CUDAGuard guard(master.device());
     const AdamWScalars s = NextScalars(grad_scale);
-    LaunchFusedAdamW(master.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
-                     compute_copy.defined() ? compute_copy.data_ptr() : nullptr,
+    LaunchFusedAdamW(master.data_ptr<float>(), grad.data_ptr(), grad.scalar_type() == at::kBFloat16,
+                     m.data_ptr<float>(), v.data_ptr<float>(), compute_copy.defined() ? compute_copy.data_ptr() : nullptr,
                      compute_copy.defined() && compute_copy.scalar_type() == at::kBFloat16, master.numel(), s,
                      at::cuda::getCurrentCUDAStream(master.device().index()).stream());
     return;
   }
 #endif
-  if (grad_scale != 1.0) grad.mul_(grad_scale);  // at::Tensor handles are shallow: scales the buffer
+  // A bf16 gradient (gradient_path.h) is widened first (exact); an fp32 one
+  // is scaled in place (at::Tensor handles are shallow: the caller's buffer).
+  at::Tensor g = grad.scalar_type() == at::kFloat ? grad : grad.to(at::kFloat);
+  if (grad_scale != 1.0) g.mul_(grad_scale);
   if (allow_fused_ && compat::HasFusedAdamW(master.device())) {
     step_tensor_.fill_(static_cast<double>(t));
-    compat::FusedAdamW(master, grad, m, v, step_tensor_, lr, b1, b2, config_.weight_decay, config_.eps);
+    compat::FusedAdamW(master, g, m, v, step_tensor_, lr, b1, b2, config_.weight_decay, config_.eps);
     if (compute_copy.defined()) compute_copy.copy_(master);
     return;
   }
   // torch.optim.AdamW, single-tensor form, on the whole flat buffer.
   master.mul_(1.0 - lr * config_.weight_decay);
-  m.mul_(b1).add_(grad, 1.0 - b1);
-  v.mul_(b2).addcmul_(grad, grad, 1.0 - b2);
+  m.mul_(b1).add_(g, 1.0 - b1);
+  v.mul_(b2).addcmul_(g, g, 1.0 - b2);
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(t));
   const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(t)));
   at::Tensor denom = (v.sqrt() / bias2_sqrt).add_(config_.eps);

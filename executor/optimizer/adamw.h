@@ -92,9 +92,10 @@ class AdamW {
   // The gradient is read as grad * grad_scale (clipping: ClipScale(norm)):
   // the fused kernel scales in a register, the other paths scale `grad` in
   // place first — the same fp32 products either way.
-  // REQUIRES: master and grad have shard_numels[unit] fp32 elements on the
-  // device the state was created on; compute_copy, when defined, as many
-  // elements, contiguous.
+  // REQUIRES: master and grad have shard_numels[unit] elements on the device
+  // the state was created on, master fp32, grad fp32 or (planner/
+  // gradient_path.h; not with the state on the host) bf16, read widened;
+  // compute_copy, when defined, as many elements, contiguous.
   void Update(int unit, at::Tensor& master, const at::Tensor& grad, const at::Tensor& compute_copy = at::Tensor(),
               double grad_scale = 1.0);
 

@@ -30,12 +30,12 @@ struct AdamWScalars {
 };
 
 // One fused AdamW pass over n elements on the GPU (fused_adamw.cu): reads
-// param, grad, m, v once, writes param, m, v and, when compute_out is not
-// null, the updated param in bf16 (compute_is_bf16) or fp32 — the copy the
-// next all-gather sends. One launch; asynchronous on `stream` (a
-// cudaStream_t).
+// param, grad (fp32, or bf16 when grad_is_bf16: widened exactly, the same
+// update), m, v once, writes param, m, v and, when compute_out is not null,
+// the updated param in bf16 (compute_is_bf16) or fp32 — the copy the next
+// all-gather sends. One launch; asynchronous on `stream` (a cudaStream_t).
 // REQUIRES: device pointers of one device; n >= 0.
-void LaunchFusedAdamW(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, void* compute_out,
-                      bool compute_is_bf16, int64_t n, const AdamWScalars& s, void* stream);
+void LaunchFusedAdamW(float* param, const void* grad, bool grad_is_bf16, float* exp_avg, float* exp_avg_sq,
+                      void* compute_out, bool compute_is_bf16, int64_t n, const AdamWScalars& s, void* stream);
 
 }  // namespace llmplan::executor

@@ -39,17 +39,20 @@ FlatUnit::FlatUnit(std::vector<ParamShape> shapes, const FlatUnitOptions& option
       device_(device),
       master_on_host_(options.master_on_host),
       compute_shard_on_host_(options.compute_shard_on_host),
-      compute_resident_(options.compute_resident) {
+      compute_resident_(options.compute_resident),
+      optimizer_reads_compute_grad_(options.optimizer_reads_compute_grad) {
   TORCH_CHECK(!compute_shard_on_host_ || (master_on_host_ && !compute_resident_),
               "FlatUnit: a host compute shard needs the master on the host and a released compute copy");
   TORCH_CHECK(group_size_ >= 1 && rank_ >= 0 && rank_ < group_size_, "FlatUnit: bad rank ", rank_, " of ",
               group_size_);
+  TORCH_CHECK(!optimizer_reads_compute_grad_ || (group_size_ == 1 && !master_on_host_),
+              "FlatUnit: the optimizer reads the compute gradient only of a whole unit whose master is on the device");
   for (const auto& s : shapes_) numel_ += s.numel();
   padded_numel_ = (numel_ + group_size_ - 1) / group_size_ * group_size_;
   auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
   master_ = master_on_host_ ? PinnedHostZeros(shard_numel(), at::kFloat)
                             : at::zeros({shard_numel()}, fp32);
-  grad_ = at::zeros({shard_numel()}, fp32);
+  if (!optimizer_reads_compute_grad_) grad_ = at::zeros({shard_numel()}, fp32);
   compute_ = at::zeros({padded_numel_}, fp32.dtype(compute_dtype_));
   compute_grad_ = at::zeros({padded_numel_}, fp32.dtype(compute_dtype_));
   if (group_size_ == 1 && compute_resident_) {
@@ -126,6 +129,11 @@ void FlatUnit::RefreshComputeShard() {
 void FlatUnit::ReduceGradientsLocal(bool release, at::Tensor* square_sum) {
   TORCH_CHECK(group_size_ == 1, "FlatUnit::ReduceGradientsLocal needs an unsharded unit");
   TORCH_CHECK(compute_grad_materialized(), "FlatUnit::ReduceGradientsLocal: compute_grad was released");
+  if (optimizer_reads_compute_grad_) {
+    grad_stale_ = false;
+    if (square_sum != nullptr) *square_sum = SumOfSquaresOfComputeGrad();
+    return;
+  }
   AccumulateIntoGrad(compute_grad_, 1.0, square_sum);
   if (release) {
     ReleaseComputeGrad();  // the caching allocator reuses the block once the add above has run
@@ -134,7 +142,24 @@ void FlatUnit::ReduceGradientsLocal(bool release, at::Tensor* square_sum) {
   }
 }
 
+at::Tensor FlatUnit::SumOfSquaresOfComputeGrad() const {
+  at::NoGradGuard no_grad;
+#ifdef LLMPLAN_WITH_CUDA
+  if (compute_grad_.is_cuda() && compute_grad_.scalar_type() == at::kBFloat16) {
+    const c10::cuda::CUDAGuard guard(compute_grad_.device());
+    at::Tensor partials =
+        at::empty({WidenBf16Partials(compute_grad_.numel())}, compute_grad_.options().dtype(at::kFloat));
+    if (LaunchWidenBf16(compute_grad_.data_ptr(), /*out=*/nullptr, compute_grad_.numel(), /*accumulate=*/false,
+                        partials.data_ptr<float>(), at::cuda::getCurrentCUDAStream(compute_grad_.device().index()).stream()))
+      return partials.sum();
+  }
+#endif
+  const at::Tensor g = compute_grad_.to(at::kFloat);
+  return (g * g).sum();
+}
+
 void FlatUnit::AccumulateIntoGrad(const at::Tensor& contribution, double scale, at::Tensor* square_sum) {
+  TORCH_CHECK(!optimizer_reads_compute_grad_, "FlatUnit::AccumulateIntoGrad: this unit keeps no fp32 gradient");
   TORCH_CHECK(contribution.numel() == grad_.numel(), "FlatUnit::AccumulateIntoGrad: ", contribution.numel(),
               " values for a gradient shard of ", grad_.numel());
   at::NoGradGuard no_grad;
@@ -191,7 +216,7 @@ void FlatUnit::StartGradients() {
 
 void FlatUnit::ZeroGradients() {
   at::NoGradGuard no_grad;
-  grad_.zero_();
+  if (grad_.defined()) grad_.zero_();
   grad_stale_ = false;
   if (compute_grad_materialized()) compute_grad_.zero_();
 }

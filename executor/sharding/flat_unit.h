@@ -6,7 +6,8 @@
 //            the device, or in pinned host memory when the optimizer is
 //            offloaded.
 //   grad     fp32 on the device, same slice; gradients accumulate here across
-//            micro-batches
+//            micro-batches. Not kept when the optimizer reads compute_grad
+//            itself (planner/gradient_path.h): grad() is compute_grad then
 //   compute  the whole unit in the compute dtype (bf16 on GPU); the model's
 //            parameter tensors are aliases of its storage, so "gather" fills
 //            one buffer and every parameter sees it
@@ -65,6 +66,10 @@ struct FlatUnitOptions {
   // offloaded step copies the update straight into it instead of keeping a
   // second bf16 model on the GPU.
   bool compute_resident = false;
+  // No fp32 grad: the step's final gradient is compute_grad, which AdamW
+  // reads (planner/gradient_path.h: one GPU, one micro-batch). REQUIRES
+  // group_size 1 and the master on the device.
+  bool optimizer_reads_compute_grad = false;
 };
 
 class FlatUnit {
@@ -95,7 +100,10 @@ class FlatUnit {
   bool compute_shard_on_host() const { return compute_shard_on_host_; }
 
   at::Tensor& master() { return master_; }  // fp32 [shard_numel]
-  at::Tensor& grad() { return grad_; }      // fp32 [shard_numel], on the device
+  // fp32 [shard_numel] on the device; compute_grad when
+  // optimizer_reads_compute_grad() (then only after ReduceGradientsLocal).
+  at::Tensor& grad() { return optimizer_reads_compute_grad_ ? compute_grad_ : grad_; }
+  bool optimizer_reads_compute_grad() const { return optimizer_reads_compute_grad_; }
   const at::Tensor& compute() const { return compute_; }            // [padded_numel]
   const at::Tensor& compute_grad() const { return compute_grad_; }  // [padded_numel]
   // Undefined unless group_size > 1, master_on_host or compute_resident;
@@ -139,6 +147,10 @@ class FlatUnit {
   // gradients only for the units in backward, not for the whole model
   // (15 GiB of bf16 for an 8B model).
   // With square_sum, as AccumulateIntoGrad's.
+  // When optimizer_reads_compute_grad(), compute_grad is the final gradient
+  // already: nothing is added or released, and square_sum (when asked) is
+  // the sum of its squares, by the same kernel and block order as a widening
+  // pass (so the same norm), or by ATen off CUDA.
   // REQUIRES: group_size() == 1; compute_grad materialised.
   void ReduceGradientsLocal(bool release = false, at::Tensor* square_sum = nullptr);
   // grad += scale * contribution, or — the step's first contribution after
@@ -153,7 +165,8 @@ class FlatUnit {
   // step's last contribution gives the gradient norm without reading grad
   // again: 1.5 ms of a Llama-3.2-1B step on an H200); otherwise it is left
   // undefined and the caller computes the norm itself.
-  // REQUIRES: contribution has shard_numel() elements on grad's device.
+  // REQUIRES: contribution has shard_numel() elements on grad's device; not
+  // optimizer_reads_compute_grad().
   void AccumulateIntoGrad(const at::Tensor& contribution, double scale = 1.0, at::Tensor* square_sum = nullptr);
   // A new tensor holding compute_grad in `dtype`: a sharded unit's
   // reduce-scatter input. bf16 -> fp32 on CUDA goes through gradient_widen.h's
@@ -184,6 +197,9 @@ class FlatUnit {
   void MaterializeComputeGrad();
 
  private:
+  // The sum of compute_grad's squares, a 0-dim fp32 tensor on its device.
+  at::Tensor SumOfSquaresOfComputeGrad() const;
+
   std::vector<ParamShape> shapes_;
   int64_t numel_ = 0, padded_numel_ = 0, group_size_ = 1, rank_ = 0;
   at::ScalarType compute_dtype_;
@@ -191,6 +207,7 @@ class FlatUnit {
   bool master_on_host_ = false;
   bool compute_shard_on_host_ = false;
   bool compute_resident_ = false;
+  bool optimizer_reads_compute_grad_ = false;
   bool grad_stale_ = false;
   at::Tensor master_, grad_, compute_, compute_grad_, compute_shard_;
   std::vector<at::Tensor> params_;

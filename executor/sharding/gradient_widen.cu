@@ -1,7 +1,7 @@
 // WidenBf16 (see gradient_widen.h): a grid-stride loop over groups of 8
 // elements — one 16-byte load of bf16, two 16-byte stores (and loads, when
 // accumulating) of fp32 — and a scalar tail; optionally the sum of squares of
-// the result, per block.
+// the result, per block, or (kWrite false) only that sum.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -25,7 +25,7 @@ constexpr int64_t kMaxBlocks = 132 * 8;  // several waves on an H100/H200's 132 
 // the block's sum of the squares of what it wrote goes to partials[block]
 // (summed once in registers and shared memory, in a fixed order: the result
 // does not depend on timing).
-template <bool Accumulate, bool kSquares>
+template <bool Accumulate, bool kSquares, bool kWrite = true>
 __global__ void __launch_bounds__(kThreads) WidenBf16Kernel(const __nv_bfloat16* __restrict__ in, float* __restrict__ out,
                                                             int64_t n, float* __restrict__ partials) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -34,19 +34,21 @@ __global__ void __launch_bounds__(kThreads) WidenBf16Kernel(const __nv_bfloat16*
   float squares = 0.f;
   auto widen = [&](const Vec<__nv_bfloat16>& x, int64_t g) {
     Vec<float> lo, hi;
-    if constexpr (Accumulate) {
+    if constexpr (Accumulate && kWrite) {
       lo = reinterpret_cast<const Vec<float>*>(out)[2 * g];
       hi = reinterpret_cast<const Vec<float>*>(out)[2 * g + 1];
     }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const float a = ToFloat(x.v[k]), b = ToFloat(x.v[k + 4]);
-      lo.v[k] = Accumulate ? lo.v[k] + a : a;
-      hi.v[k] = Accumulate ? hi.v[k] + b : b;
+      lo.v[k] = Accumulate && kWrite ? lo.v[k] + a : a;
+      hi.v[k] = Accumulate && kWrite ? hi.v[k] + b : b;
       if constexpr (kSquares) squares += lo.v[k] * lo.v[k] + hi.v[k] * hi.v[k];
     }
-    reinterpret_cast<Vec<float>*>(out)[2 * g] = lo;
-    reinterpret_cast<Vec<float>*>(out)[2 * g + 1] = hi;
+    if constexpr (kWrite) {
+      reinterpret_cast<Vec<float>*>(out)[2 * g] = lo;
+      reinterpret_cast<Vec<float>*>(out)[2 * g + 1] = hi;
+    }
   };
   int64_t g = first;
   for (; g + stride < groups; g += 2 * stride) {
@@ -58,8 +60,8 @@ __global__ void __launch_bounds__(kThreads) WidenBf16Kernel(const __nv_bfloat16*
   if (g < groups) widen(reinterpret_cast<const Vec<__nv_bfloat16>*>(in)[g], g);
   for (int64_t i = groups * 8 + first; i < n; i += stride) {
     const float a = ToFloat(in[i]);
-    const float v = Accumulate ? out[i] + a : a;
-    out[i] = v;
+    const float v = Accumulate && kWrite ? out[i] + a : a;
+    if constexpr (kWrite) out[i] = v;
     if constexpr (kSquares) squares += v * v;
   }
   if constexpr (kSquares) {
@@ -96,12 +98,16 @@ int64_t WidenBf16Partials(int64_t n) {
 
 bool LaunchWidenBf16(const void* in_bf16, float* out, int64_t n, bool accumulate, float* square_partials,
                      void* stream) {
-  if (!Aligned16(in_bf16) || !Aligned16(out)) return false;
+  if (!Aligned16(in_bf16) || (out != nullptr && !Aligned16(out))) return false;
   if (n <= 0 && square_partials == nullptr) return true;
   const int blocks = static_cast<int>(WidenBf16Partials(n));
   const auto* in = static_cast<const __nv_bfloat16*>(in_bf16);
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (accumulate) {
+  if (out == nullptr) {
+    if (square_partials == nullptr || accumulate)
+      throw std::invalid_argument("LaunchWidenBf16: a pass that writes nothing must sum squares and not accumulate");
+    WidenBf16Kernel<false, true, false><<<blocks, kThreads, 0, st>>>(in, nullptr, n, square_partials);
+  } else if (accumulate) {
     Launch<true>(in, out, n, square_partials, blocks, st);
   } else {
     Launch<false>(in, out, n, square_partials, blocks, st);

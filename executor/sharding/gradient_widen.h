@@ -21,10 +21,14 @@ namespace llmplan::executor {
 // launch writes its fp32 sum to square_partials[b], so their sum is the
 // squared L2 norm of out (what gradient clipping needs) without a second
 // read of out; the order of the additions is fixed, so the result is the
-// same on every run. Returns false (launching nothing) when in or out is not
-// 16-byte aligned: the caller then uses LibTorch's kernels.
+// same on every run. With out null the pass only reads: the squares of the
+// widened input (a bf16 gradient AdamW reads as it is, gradient_path.h), in
+// the same blocks and order, so the same sums as a pass that writes.
+// Returns false (launching nothing) when in or out is not 16-byte aligned:
+// the caller then uses LibTorch's kernels.
 // REQUIRES: device pointers on the current device; n >= 0; square_partials
-// holds WidenBf16Partials(n) floats.
+// holds WidenBf16Partials(n) floats; with out null, square_partials and not
+// accumulate.
 bool LaunchWidenBf16(const void* in_bf16, float* out, int64_t n, bool accumulate, float* square_partials,
                      void* stream);
 

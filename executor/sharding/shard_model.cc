@@ -8,6 +8,7 @@
 #include "executor/comm/collective_watchdog.h"
 #include "executor/comm/communicator.h"
 #include "executor/torch_compat.h"
+#include "planner/gradient_path.h"
 
 namespace llmplan::executor {
 
@@ -53,6 +54,7 @@ std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan
   options.compute_dtype = ComputeDtype(plan);
   options.master_on_host = OffloadsOptimizer(plan.offload) || OffloadsParams(plan.offload);
   options.compute_shard_on_host = OffloadsOptimizer(plan.offload) && OffloadsParams(plan.offload);
+  options.optimizer_reads_compute_grad = OptimizerReadsComputeGradient(plan, device.is_cuda());
   // Each unit draws its initial values from its own generator on the host,
   // one normal at a time (a generator is sequential): for an 8B model that is
   // a minute on one core. Units are independent, so a batch of them is drawn

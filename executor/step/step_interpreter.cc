@@ -518,14 +518,19 @@ void StepInterpreter::ClipGradients(const StepOp& op) {
 }
 
 void StepInterpreter::OptimizerStep(const StepOp& op) {
-  if (skip_update_) return;
   FlatUnit& unit = units_.at(op.unit);
-  // compute_shard is what the next gathers send (or, resident, the compute
-  // copy itself); undefined on one GPU with gathers, whose "gather" casts.
-  // With the master on the host (offload params) the update runs on the
-  // copy the program's h2d op brought up, which its d2h op takes back down.
-  at::Tensor& master = params_on_host_ ? master_staging_.at(op.unit) : unit.master();
-  optimizer_.Update(op.unit, master, unit.grad(), unit.compute_shard(), clip_scale_);
+  if (!skip_update_) {
+    // compute_shard is what the next gathers send (or, resident, the compute
+    // copy itself); undefined on one GPU with gathers, whose "gather" casts.
+    // With the master on the host (offload params) the update runs on the
+    // copy the program's h2d op brought up, which its d2h op takes back down.
+    at::Tensor& master = params_on_host_ ? master_staging_.at(op.unit) : unit.master();
+    optimizer_.Update(op.unit, master, unit.grad(), unit.compute_shard(), clip_scale_);
+  }
+  // A compute-dtype gradient AdamW read (planner/gradient_path.h) goes back
+  // to the allocator here, as the program frees it (stream-ordered: the
+  // update just issued still reads it safely), skipped update or not.
+  if (unit.optimizer_reads_compute_grad()) unit.ReleaseComputeGrad();
 }
 
 // ---------------------------------------------------------------------------

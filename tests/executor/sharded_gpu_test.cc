@@ -4,6 +4,9 @@
 //     the whole-buffer ATen form, on the float4 path and the scalar tail;
 //   - a unit's fp32 gradient shard takes bf16 contributions (the widening
 //     kernel, gradient_widen.cu) exactly as ATen's cast and add would;
+//   - a unit whose AdamW reads the bf16 gradient itself (planner/
+//     gradient_path.h) gets the same norm and the same update, bit for bit,
+//     as one that widens it first, and keeps no fp32 gradient;
 //   - releasing a unit's gathered copy really returns its bytes to the CUDA
 //     caching allocator (FSDP's storage trick), and the parameters see the
 //     bytes a later gather brings;
@@ -126,6 +129,55 @@ TEST_F(ShardedGpuTest, GradientShardTakesBf16ContributionsExactly) {
     unit.compute_grad().copy_(a);
     EXPECT_TRUE(at::equal(unit.ComputeGradIn(at::kFloat).narrow(0, 0, n), a.to(at::kFloat))) << n;
     EXPECT_TRUE(at::equal(unit.ComputeGradIn(at::kBFloat16), unit.compute_grad())) << n;
+  }
+}
+
+// One GPU, one micro-batch: AdamW reads the bf16 gradient autograd wrote
+// instead of an fp32 copy of it. Widening is exact and the norm's pass sums
+// the same values in the same blocks, so two steps of each path end with the
+// same master, m, v and compute copy bits; on the float4 path, with a tail,
+// and with a clip scale, on both AdamW forms.
+TEST_F(ShardedGpuTest, AdamWReadingTheBf16GradientUpdatesAsTheWidenedOne) {
+  OptimizerConfig c;
+  c.warmup_steps = 2;
+  for (bool fused : {true, false}) {
+    for (int64_t n : {int64_t{4096}, int64_t{4101}, int64_t{3} << 20}) {
+      std::vector<ParamShape> shapes = {{"w", {n}, ParamInit::kNormal}};
+      FlatUnitOptions widened{1, 0, at::kBFloat16, false}, direct = widened;
+      widened.compute_resident = direct.compute_resident = true;  // AdamW writes the compute copy too
+      direct.optimizer_reads_compute_grad = true;
+      FlatUnit a(shapes, widened, kCuda), b(shapes, direct, kCuda);
+      EXPECT_TRUE(a.grad().scalar_type() == at::kFloat && b.grad().scalar_type() == at::kBFloat16);
+      const at::Tensor init = at::randn({n}, at::TensorOptions().dtype(at::kFloat));
+      a.SetMasterFromFull(init);
+      b.SetMasterFromFull(init);
+      AdamW adam_a(c, {n}, kCuda, fused), adam_b(c, {n}, kCuda, fused);
+      for (int step = 0; step < 2; ++step) {
+        const at::Tensor g = at::randn({n}, at::TensorOptions().dtype(at::kBFloat16).device(kCuda));
+        at::Tensor square_a, square_b;
+        for (FlatUnit* u : {&a, &b}) {
+          u->StartGradients();
+          u->MaterializeComputeGrad();
+          u->compute_grad().copy_(g);  // what autograd accumulated (const accessor: the storage is shared)
+        }
+        a.ReduceGradientsLocal(/*release=*/true, &square_a);
+        b.ReduceGradientsLocal(/*release=*/true, &square_b);
+        EXPECT_FALSE(a.compute_grad_materialized()) << "widened: released at its reduction";
+        ASSERT_TRUE(b.compute_grad_materialized()) << "read by AdamW: kept until the update";
+        ASSERT_TRUE(square_a.defined() && square_b.defined()) << n;
+        EXPECT_EQ(square_a.item<double>(), square_b.item<double>()) << n << ": the same norm";
+        const double clip = step == 0 ? 1.0 : 0.25;
+        adam_a.Update(0, a.master(), a.grad(), a.compute_shard(), clip);
+        adam_b.Update(0, b.master(), b.grad(), b.compute_shard(), clip);
+        adam_a.FinishStep();
+        adam_b.FinishStep();
+        b.ReleaseComputeGrad();
+      }
+      EXPECT_TRUE(at::equal(a.master(), b.master())) << n << (fused ? " fused" : " ATen");
+      EXPECT_TRUE(at::equal(adam_a.state().exp_avg[0], adam_b.state().exp_avg[0])) << n;
+      EXPECT_TRUE(at::equal(adam_a.state().exp_avg_sq[0], adam_b.state().exp_avg_sq[0])) << n;
+      EXPECT_TRUE(at::equal(a.compute(), b.compute())) << n;
+    }
   }
 }
 

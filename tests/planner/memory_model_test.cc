@@ -95,6 +95,51 @@ TEST(MemoryModelTest, HybridShard16GpusGroup8) {
     }
 }
 
+// planner/gradient_path.h: one GPU and one micro-batch, AdamW reads the bf16
+// gradient. No fp32 gradient (4 N bytes less), each unit's bf16 gradient
+// lives from its backward to its AdamW (freed there, not at its reduction),
+// and the reduction only reads it (2 bytes a parameter, for the norm).
+TEST(MemoryModelTest, OneGpuOneMicroBatchKeepsNoFp32Gradient) {
+  auto h100 = Profile("h100-sxm-80g");
+  const double n = 1'235'814'400.0;  // llama3.2-1b, tied
+  for (ShardingStrategy s : {ShardingStrategy::kFullShard, ShardingStrategy::kNoShard}) {
+    Plan one = MakePlan("llama3.2-1b", 1, s);
+    one.grad_accum = 1;
+    Plan two = one;
+    two.grad_accum = 2;
+    const StepProgram direct = BuildStepProgram(one, h100), widened = BuildStepProgram(two, h100);
+    EXPECT_DOUBLE_EQ(direct.persistent.grad_shards, 0);
+    EXPECT_DOUBLE_EQ(widened.persistent.grad_shards, 4 * n);
+    EXPECT_DOUBLE_EQ(direct.persistent.param_shards, widened.persistent.param_shards);
+    int reductions = 0, updates = 0;
+    for (const StepOp& op : direct.ops) {
+      if (op.kind == OpKind::kLocalReduce) {
+        ++reductions;
+        EXPECT_DOUBLE_EQ(op.work.elementwise_bytes, 2.0 * direct.units[op.unit].padded_params) << op.name;
+        for (const MemoryDelta& d : op.alloc_at_start) EXPECT_GE(d.bytes, 0) << op.name << " frees nothing";
+      }
+      if (op.kind == OpKind::kOptimizerStep) {
+        ++updates;
+        const double bf16_grad = 2.0 * direct.units[op.unit].padded_params;
+        EXPECT_DOUBLE_EQ(op.work.elementwise_bytes, (30 - 2) * static_cast<double>(direct.units[op.unit].padded_params));
+        ASSERT_EQ(op.alloc_at_start.size(), 1u) << op.name;
+        EXPECT_EQ(op.alloc_at_start[0].category, MemoryCategory::kGradBuffers);
+        EXPECT_DOUBLE_EQ(op.alloc_at_start[0].bytes, -bf16_grad) << op.name;
+      }
+    }
+    EXPECT_EQ(reductions, static_cast<int>(direct.units.size()));
+    EXPECT_EQ(updates, static_cast<int>(direct.units.size()));
+    // Off a GPU, or with a second micro-batch to add, the fp32 gradient stays.
+    Plan cpu = one;
+    cpu.profile = "cpu";
+    EXPECT_DOUBLE_EQ(BuildStepProgram(cpu, Profile("cpu")).persistent.grad_shards, 4 * n);
+    Plan offloaded = one;
+    offloaded.offload = Offload::kOptimizer;
+    offloaded.Validate();
+    EXPECT_DOUBLE_EQ(BuildStepProgram(offloaded, h100).persistent.grad_shards, 4 * n);
+  }
+}
+
 TEST(MemoryModelTest, OffloadVariants) {
   auto h100 = Profile("h100-sxm-80g");
   const double shard = 8'030'261'248.0 / 8;
