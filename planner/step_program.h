@@ -90,7 +90,7 @@ enum class MemoryCategory {
   kRecompute,       // activations rebuilt by recompute, during one backward
   kWorkspace,       // transient buffers of one forward/backward (attention, MLP intermediates)
   kLogits,          // chunked logits and their gradient
-  kGradBuffers,     // unsharded gradients waiting for their reduce-scatter
+  kGradBuffers,     // unsharded gradients waiting for their reduction (or AdamW: gradient_path.h)
   kOffloadStaging,  // device buffers that stage host<->device copies
 };
 constexpr int kNumMemoryCategories = 7;
@@ -171,7 +171,7 @@ struct Unit {
 // Device memory that lives for the whole step (not in the op stream).
 struct PersistentMemory {
   double param_shards = 0;      // fp32 master shard (0 when params offloaded)
-  double grad_shards = 0;       // fp32 gradient shard accumulated across micro-batches
+  double grad_shards = 0;       // fp32 gradient shard accumulated across micro-batches (0: gradient_path.h)
   double optimizer_state = 0;   // AdamW m and v, fp32 (0 when offloaded)
   double compute_params = 0;    // bf16 copies kept resident (no_shard; tied embedding)
   double cuda_context = 0;      // outside the caching allocator
