@@ -203,6 +203,26 @@ TEST(CliTest, DelayedUpdateIsOptInAndOnlyWhereItCanRun) {
   EXPECT_FALSE(nlohmann::json::parse(std::ifstream(dir.File("accum.json")))["delayed_update"].get<bool>());
 }
 
+// planner/gradient_path.h: the report says when AdamW reads the bf16
+// gradient (one GPU, one micro-batch, on a GPU) and the memory then shows no
+// fp32 gradient; a second micro-batch, or a CPU, keeps the fp32 one.
+TEST(CliTest, EstimateSaysWhenAdamWReadsTheBf16Gradient) {
+  ScratchDir dir;
+  const std::string base = "estimate --model llama3.2-1b --gpus 1 --seq 2048 --global-batch 4 --strategy no_shard ";
+  CliResult one = RunCli(base + "--gpu h200-sxm --micro-batch 4", dir);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find("gradients              bf16 as autograd wrote them, read by AdamW"), std::string::npos)
+      << one.out;
+  EXPECT_EQ(one.out.find("grad_shards"), std::string::npos) << one.out;
+  CliResult two = RunCli(base + "--gpu h200-sxm --micro-batch 2", dir);
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_EQ(two.out.find("read by AdamW"), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("grad_shards"), std::string::npos) << two.out;
+  CliResult cpu = RunCli("estimate --model tiny-llama --gpu cpu --gpus 1 --seq 64 --global-batch 4 --micro-batch 4", dir);
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  EXPECT_EQ(cpu.out.find("read by AdamW"), std::string::npos) << cpu.out;
+}
+
 TEST(CliTest, OffloadStagingIsPerUnitWhereTheHostHasRoom) {
   // tiny-llama (250,432 parameters, the largest unit a block of 46,208) with
   // its optimizer offloaded pins master 4 + AdamW 8 bytes a parameter, and

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <string>
 
+#include "planner/gradient_path.h"
+
 namespace llmplan::cli {
 
 std::string WithCommas(double value) {
@@ -58,6 +60,8 @@ void PrintEstimate(std::ostream& out, const Estimate& e, const HardwareProfile& 
                            (p.delayed_update ? ", delayed update (each step's gradients applied during the next)" : "") +
                            staging);
   out << Row("prefetch", std::to_string(p.prefetch_depth) + " unit(s) ahead");
+  if (OptimizerReadsComputeGradient(p, profile.device_kind != "cpu"))
+    out << Row("gradients", "bf16 as autograd wrote them, read by AdamW (one GPU, one micro-batch: no fp32 copy)");
 
   const MemoryEstimate& m = e.memory;
   out << "\nMemory per GPU at peak\n";
