@@ -99,6 +99,8 @@ Comparison Compare(const MeasuredRun& run, const Evaluation& predicted, const Ha
   c.memory_source = timed.back()->memory_source;
   c.steps = static_cast<int>(run.steps.size());
   c.timed_steps = static_cast<int>(timed.size());
+  for (const MeasuredStep& s : run.steps)
+    if (s.kernel_traced) c.kernel_traced_step = s.step;
 
   // Per class: the simulated span of each op beside its measured mean.
   const CostModel cost(profile);
@@ -207,6 +209,7 @@ nlohmann::json ComparisonToJson(const Comparison& c) {
             {"device", c.device},
             {"steps", c.steps},
             {"timed_steps", c.timed_steps},
+            {"kernel_traced_step", c.kernel_traced_step},
             {"memory_source", c.memory_source}}},
           {"profile", c.profile},
           {"model", c.plan.model.name},

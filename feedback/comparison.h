@@ -68,6 +68,7 @@ struct Comparison {
   std::string profile;  // the profile name predicted on
   std::string run_dir, device, memory_source;
   int steps = 0, timed_steps = 0;
+  int64_t kernel_traced_step = 0;  // the step --kernel-trace profiled (left out of the timed steps), 0: none
 
   // Step.
   ComparedValue step_time_s;    // predicted step (program + host overhead) vs measured step_s (data included)

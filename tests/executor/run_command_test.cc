@@ -190,8 +190,12 @@ TEST_F(RunCommandTest, KernelTraceOfOneStepIsLeftOutOfTheMeansAndBadStepsAreRefu
   EXPECT_EQ(traced, (std::vector<bool>{false, true, false})) << "the metrics line says which step was traced";
   EXPECT_DOUBLE_EQ(summary["mean_tokens_per_s_per_gpu"].get<double>(),
                    nlohmann::json::parse(last)["tokens_per_s_per_gpu"].get<double>());
-  // `llmplan compare` and `calibrate` leave it out as the run's means do.
+  // `llmplan compare` and `calibrate` leave it out as the run's means do, and say so.
   EXPECT_EQ(LoadMeasuredRun(Path("traced")).TimedSteps().size(), 1u);
+  CommandResult compared = RunLlmplan("compare --run " + Path("traced"));
+  EXPECT_EQ(compared.status, 0) << compared.output;
+  EXPECT_NE(compared.output.find("3 steps, 1 timed (step 2 kernel-traced, left out)"), std::string::npos)
+      << compared.output;
   if (run.output.find("without Kineto") != std::string::npos) {
     // Debian's CPU LibTorch 1.13 records but cannot save a trace: one warning
     // line and the run goes on. (The CUDA wheels have Kineto: the file checks

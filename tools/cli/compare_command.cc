@@ -5,12 +5,13 @@
 // throughput and memory peaks (and the op each peak was reached in), then the
 // device seconds per class of ops — each predicted, measured and the error
 // (predicted - measured) / measured. Measured times are means over the timed
-// steps (all but the first); measured peaks the highest over them.
+// steps (all but the warm-up and a kernel-traced step); measured peaks the
+// highest over them.
 //
 // --json prints this object (errors are fractions; null where the measured
 // value is 0 and the predicted one is not):
 //   {
-//     "run": {"dir", "device", "steps", "timed_steps", "memory_source"},
+//     "run": {"dir", "device", "steps", "timed_steps", "kernel_traced_step" (0: none), "memory_source"},
 //     "profile": NAME, "model": NAME, "gpus": N,
 //     "step_time_s":             {"predicted", "measured", "error"},  step, data loading included
 //     "device_step_s":           {...},  the program's makespan
@@ -78,7 +79,9 @@ std::string Header(const std::string& title, const std::string& rest = "") {
 void PrintText(std::ostream& out, const Comparison& c) {
   out << "llmplan compare: " << DescribePlan(c) << "\n";
   out << "run " << c.run_dir << " (" << (c.device.empty() ? "?" : c.device) << "): " << c.steps << " steps, "
-      << c.timed_steps << " timed; error = (predicted - measured) / measured\n";
+      << c.timed_steps << " timed"
+      << (c.kernel_traced_step > 0 ? " (step " + std::to_string(c.kernel_traced_step) + " kernel-traced, left out)" : "")
+      << "; error = (predicted - measured) / measured\n";
 
   out << "\n" << Header("Step");
   for (const SummaryRow& r : StepRows(c)) out << Row(r.label, r.predicted, r.measured, FormatError(r.error));
