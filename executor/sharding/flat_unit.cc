@@ -29,6 +29,24 @@ at::Tensor AliasOf(const at::Tensor& flat, int64_t offset, const std::vector<int
 
 size_t Bytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
+#ifdef LLMPLAN_WITH_CUDA
+// One pass of gradient_widen.h's kernel over the contiguous bf16 CUDA tensor
+// `in` on its device's current stream: into `out` (null: read only), and,
+// with square_sum, the sum of the squares as a 0-dim fp32 tensor. False
+// (nothing launched) when a pointer is not 16-byte aligned.
+bool WidenPass(const at::Tensor& in, float* out, bool accumulate, at::Tensor* square_sum) {
+  const c10::cuda::CUDAGuard guard(in.device());
+  at::Tensor partials;
+  if (square_sum != nullptr) partials = at::empty({WidenBf16Partials(in.numel())}, in.options().dtype(at::kFloat));
+  if (!LaunchWidenBf16(in.data_ptr(), out, in.numel(), accumulate,
+                       partials.defined() ? partials.data_ptr<float>() : nullptr,
+                       at::cuda::getCurrentCUDAStream(in.device().index()).stream()))
+    return false;
+  if (square_sum != nullptr) *square_sum = partials.sum();
+  return true;
+}
+#endif
+
 }  // namespace
 
 FlatUnit::FlatUnit(std::vector<ParamShape> shapes, const FlatUnitOptions& options, const at::Device& device)
@@ -145,14 +163,10 @@ void FlatUnit::ReduceGradientsLocal(bool release, at::Tensor* square_sum) {
 at::Tensor FlatUnit::SumOfSquaresOfComputeGrad() const {
   at::NoGradGuard no_grad;
 #ifdef LLMPLAN_WITH_CUDA
-  if (compute_grad_.is_cuda() && compute_grad_.scalar_type() == at::kBFloat16) {
-    const c10::cuda::CUDAGuard guard(compute_grad_.device());
-    at::Tensor partials =
-        at::empty({WidenBf16Partials(compute_grad_.numel())}, compute_grad_.options().dtype(at::kFloat));
-    if (LaunchWidenBf16(compute_grad_.data_ptr(), /*out=*/nullptr, compute_grad_.numel(), /*accumulate=*/false,
-                        partials.data_ptr<float>(), at::cuda::getCurrentCUDAStream(compute_grad_.device().index()).stream()))
-      return partials.sum();
-  }
+  at::Tensor square_sum;
+  if (compute_grad_.is_cuda() && compute_grad_.scalar_type() == at::kBFloat16 &&
+      WidenPass(compute_grad_, /*out=*/nullptr, /*accumulate=*/false, &square_sum))
+    return square_sum;
 #endif
   const at::Tensor g = compute_grad_.to(at::kFloat);
   return (g * g).sum();
@@ -166,18 +180,10 @@ void FlatUnit::AccumulateIntoGrad(const at::Tensor& contribution, double scale, 
   if (square_sum != nullptr) *square_sum = at::Tensor();
 #ifdef LLMPLAN_WITH_CUDA
   if (scale == 1.0 && grad_.is_cuda() && contribution.device() == grad_.device() &&
-      contribution.scalar_type() == at::kBFloat16 && contribution.is_contiguous()) {
-    const c10::cuda::CUDAGuard guard(grad_.device());
-    at::Tensor partials;
-    if (square_sum != nullptr)
-      partials = at::empty({WidenBf16Partials(grad_.numel())}, grad_.options().dtype(at::kFloat));
-    if (LaunchWidenBf16(contribution.data_ptr(), grad_.data_ptr<float>(), grad_.numel(), /*accumulate=*/!grad_stale_,
-                        partials.defined() ? partials.data_ptr<float>() : nullptr,
-                        at::cuda::getCurrentCUDAStream(grad_.device().index()).stream())) {
-      grad_stale_ = false;
-      if (square_sum != nullptr) *square_sum = partials.sum();
-      return;
-    }
+      contribution.scalar_type() == at::kBFloat16 && contribution.is_contiguous() &&
+      WidenPass(contribution, grad_.data_ptr<float>(), /*accumulate=*/!grad_stale_, square_sum)) {
+    grad_stale_ = false;
+    return;
   }
 #endif
   if (!grad_stale_) {
@@ -198,11 +204,8 @@ at::Tensor FlatUnit::ComputeGradIn(at::ScalarType dtype) const {
   at::NoGradGuard no_grad;
 #ifdef LLMPLAN_WITH_CUDA
   if (dtype == at::kFloat && compute_grad_.is_cuda() && compute_grad_.scalar_type() == at::kBFloat16) {
-    const c10::cuda::CUDAGuard guard(compute_grad_.device());
     at::Tensor out = at::empty({compute_grad_.numel()}, compute_grad_.options().dtype(at::kFloat));
-    if (LaunchWidenBf16(compute_grad_.data_ptr(), out.data_ptr<float>(), out.numel(), /*accumulate=*/false,
-                        /*square_partials=*/nullptr, at::cuda::getCurrentCUDAStream(compute_grad_.device().index()).stream()))
-      return out;
+    if (WidenPass(compute_grad_, out.data_ptr<float>(), /*accumulate=*/false, /*square_sum=*/nullptr)) return out;
   }
 #endif
   return compute_grad_.to(dtype, /*non_blocking=*/false, /*copy=*/true);
