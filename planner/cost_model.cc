@@ -41,6 +41,10 @@ double CostModel::Seconds(const StepOp& op) const {
   const OpWork& w = op.work;
   switch (op.kind) {
     case OpKind::kAllGather:
+      // Plan::cast_at_gather: the cast of the fp32 master shard runs on the
+      // gather's stream just ahead of the collective that sends it.
+      return profile_.CollectiveSeconds(w.collective, w.collective_bytes, w.group_size, w.spans_nodes) +
+             (w.elementwise_bytes > 0 ? ComputeSeconds(w) : 0.0);
     case OpKind::kReduceScatter:
     case OpKind::kAllReduce:
     case OpKind::kAllReduceGradNorm:

@@ -135,6 +135,11 @@ void Plan::Validate() const {
   if (delayed_update && offload_staging == OffloadStaging::kUnit)
     fail("offload_staging unit does not go with delayed_update, whose gradients and parameters move through the "
          "staging slots: use offload_staging slots, or drop delayed_update");
+  if (cast_at_gather && (offload != Offload::kNone || shard_group_size == 1 || strategy == ShardingStrategy::kNoShard))
+    fail("cast_at_gather casts the fp32 master shard for each all-gather, and this plan " +
+         std::string(offload != Offload::kNone ? "offloads (the update comes back as the compute-dtype shard)"
+                                               : "has no all-gathers (no_shard, or shard groups of one GPU)") +
+         ": drop cast_at_gather");
   if (seq_len < 1 || seq_len > (int64_t{1} << 22)) fail("seq_len must be between 1 and 4194304");
   // Positions past the model's maximum were never trained: the model's own
   // code (and Hugging Face's) is not meant to run there.
@@ -229,6 +234,7 @@ std::string PlanSummary(const Plan& p) {
   if (p.delayed_update) s += ", delayed update";
   if (p.StagesEveryUnit()) s += ", staged per unit";
   if (p.replicate_edges) s += ", edges whole";
+  if (p.cast_at_gather) s += ", cast at gather";
   if (!p.fused_kernels) s += ", composite kernels";
   return s;
 }
@@ -271,6 +277,7 @@ nlohmann::json PlanToJson(const Plan& p) {
   // Only where it means something: a plan without an offloaded optimizer
   // stages nothing on the host.
   if (OffloadsOptimizer(p.offload)) j["offload_staging"] = OffloadStagingName(p.offload_staging);
+  if (p.cast_at_gather) j["cast_at_gather"] = true;  // absent in every plan file before it
   return j;
 }
 
@@ -297,6 +304,7 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
   p.offload_to = ParseOffloadTier(r.String("offload_to", "host"));
   p.delayed_update = r.Bool("delayed_update", false);
   p.offload_staging = ParseOffloadStaging(r.String("offload_staging", "slots"));
+  p.cast_at_gather = r.Bool("cast_at_gather", false);
   if (r.Has("checkpoint_layers")) {
     const auto& cl = r.Raw("checkpoint_layers");
     if (cl.is_string()) {

@@ -336,6 +336,22 @@ class Searcher {
     return FitCheckpoints(plan, min_prefix);
   }
 
+  // Plan::cast_at_gather trades 2 bytes a parameter of the shard for a cast
+  // on the gather's stream at every gather: worth a try only where `e` pays
+  // for memory with recompute or does not fit. The faster of the two that
+  // fit (the one that fits, else the closer).
+  Estimate BetterWithCastAtGather(Estimate e) {
+    if (e.fits && (e.plan.checkpoint_layers.empty() || req_.checkpoint_layers)) return e;
+    Plan plan = e.plan;
+    plan.cast_at_gather = true;
+    if (!req_.checkpoint_layers) plan.checkpoint_layers.clear();  // it may need fewer
+    Estimate c = FitCheckpoints(plan);
+    if (c.fits != e.fits) return c.fits ? c : e;
+    if (c.fits) return c.tokens_per_second_per_gpu > e.tokens_per_second_per_gpu ? c : e;
+    const auto over = [](const Estimate& x) { return x.memory.device_peak_bytes - x.memory.capacity_bytes; };
+    return over(c) < over(e) ? c : e;
+  }
+
   // The greedy checkpoint order of a plan's blocks (the same for every plan
   // of one micro-batch and loss chunk: the head's logits are part of the
   // peak it ranks against) and the block activation sizes it was ranked by.
@@ -558,8 +574,11 @@ class Searcher {
       plan.delayed_update = req_.delayed_update && plan.offload == Offload::kOptimizer &&
                             plan.offload_to == OffloadTier::kHost && plan.grad_accum == 1;
       if (gpus == 1 && c.strategy == ShardingStrategy::kHybridShard) continue;
+      const bool can_cast = plan.offload == Offload::kNone && c.strategy != ShardingStrategy::kNoShard && c.group > 1;
+      plan.cast_at_gather = can_cast && req_.cast_at_gather.value_or(false);
       plan.Validate();
       Estimate e = FitCheckpointsAndStaging(plan, c.min_checkpointed);
+      if (can_cast && !req_.cast_at_gather) e = BetterWithCastAtGather(std::move(e));
       // NVMe only where the host is what does not fit: it takes the AdamW
       // state (half the offloaded bytes) off the host and adds disk time.
       if (!e.fits && !req_.offload_to && OffloadsOptimizer(plan.offload) && HasNvmeRates(profile_) &&

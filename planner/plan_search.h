@@ -59,6 +59,11 @@ struct SearchRequest {
   // always uses the slots. Pinned: that form on every plan that offloads the
   // optimizer without a delayed update.
   std::optional<OffloadStaging> offload_staging;
+  // Plan::cast_at_gather. Unset: tried on a plan that needs checkpointed
+  // blocks (or does not fit) without it, and kept where it is faster (fewer
+  // blocks recomputed) or the only one that fits. Pinned true: on every plan
+  // that can take it (sharded, offload none).
+  std::optional<bool> cast_at_gather;
 
   OptimizerConfig optimizer;
   int prefetch_depth = 1;

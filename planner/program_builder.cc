@@ -151,6 +151,17 @@ bool ProgramBuilder::KeepsParamsThroughBackward(int u) const {
   return plan_.strategy == ShardingStrategy::kShardGradOp || U(u).kind == UnitKind::kHead || TiedEmbedding(u);
 }
 
+bool ProgramBuilder::KeepsComputeShard(int u) const {
+  if (U(u).resident) return true;
+  switch (plan_.offload) {
+    case Offload::kOptimizer:
+    case Offload::kParams: return true;  // the update sends (or writes) it up
+    case Offload::kOptimizerAndParams: return false;  // in pinned host memory
+    case Offload::kNone: return G(u) > 1 && !plan_.cast_at_gather;
+  }
+  return false;
+}
+
 void ProgramBuilder::MakeUnits() {
   const ModelSpec& m = plan_.model;
   auto add = [&](UnitKind k, int layer, int64_t params) {
@@ -237,15 +248,10 @@ void ProgramBuilder::MakePersistent() {
     host.nvme_staging = NvmeStagingBytes(shards);
     host.nvme_state = static_cast<double>(NvmeFileBytes(shards));
   }
-  // The compute-dtype copy the device keeps per unit: the whole unit when it
-  // is resident (no_shard, an edge kept whole), else this rank's shard, which
-  // the all-gathers send — except on one GPU without offload, whose "gather"
-  // casts the fp32 master, and with the parameters streamed from the host.
-  for (int u = 0; u < NumUnits(); ++u) {
-    if (U(u).resident) pm.compute_params += ParamBytes() * Padded(u);
-    else if (o == Offload::kOptimizer || o == Offload::kParams || (o == Offload::kNone && G(u) > 1))
-      pm.compute_params += ParamBytes() * Shard(u);
-  }
+  // The compute-dtype copy the device keeps per unit (KeepsComputeShard):
+  // the whole unit when it is resident (no_shard, an edge kept whole).
+  for (int u = 0; u < NumUnits(); ++u)
+    if (KeepsComputeShard(u)) pm.compute_params += ParamBytes() * (U(u).resident ? Padded(u) : Shard(u));
   pm.cuda_context = profile_.device_kind == "cuda" ? profile_.cuda_context_bytes : 0;
   pm.workspaces = profile_.workspace_bytes;
   // Every micro-batch's tokens (int64 [micro_batch, seq + 1]) and RoPE's cos

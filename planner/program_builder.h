@@ -156,6 +156,12 @@ class ProgramBuilder {
   // Gathered params stay from forward to backward (shard_grad_op; the head,
   // whose backward follows its forward at once; the tied embedding the head uses).
   bool KeepsParamsThroughBackward(int u) const;
+  // Whether the device keeps unit u's compute-dtype copy from step to step,
+  // written by the update: a resident unit's whole copy, else the shard the
+  // all-gathers send — not where a "gather" casts the fp32 master itself
+  // (one GPU without offload, Plan::cast_at_gather) nor with the parameters
+  // streamed from the host.
+  bool KeepsComputeShard(int u) const;
 
   const Plan& plan_;
   const HardwareProfile& profile_;

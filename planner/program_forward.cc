@@ -84,8 +84,18 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
     op.work.launches = 1;
     if (!params_offloaded) op.stream = StreamKind::kCompute;
   }
+  // Plan::cast_at_gather: the collective sends a compute-dtype cast of the
+  // fp32 master shard, made on the gather's side stream just before it (read
+  // 4 bytes, write 2, per parameter of the shard) and held until it is sent.
+  const bool casts = plan_.cast_at_gather && G(u) > 1;
+  if (casts) {
+    op.work.elementwise_bytes = Shard(u) * (4 + ParamBytes());
+    op.work.launches = 1;
+    op.alloc_at_start.push_back({MemoryCategory::kGatheredParams, ParamBytes() * Shard(u)});
+  }
   gathered_[u] = tensors_.Alloc(MemoryCategory::kGatheredParams, bytes, op.alloc_at_start);
   if (params_offloaded) op.free_at_end.push_back({MemoryCategory::kOffloadStaging, -bytes / G(u)});
+  if (casts) op.free_at_end.push_back({MemoryCategory::kGatheredParams, -ParamBytes() * Shard(u)});
   const int id = Add(std::move(op));
   current_gather_[u] = id;
   if (release_of_.size() <= static_cast<size_t>(id)) release_of_.resize(static_cast<size_t>(id) + 1, -1);

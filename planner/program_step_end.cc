@@ -94,6 +94,9 @@ void ProgramBuilder::OptimizerStep() {
     // write it; priced as if the norm exceeds the limit, as early in training).
     op.work.elementwise_bytes = 30 * shard + (scales_before_adamw ? 8 * shard : 0);
     op.work.launches = 1;
+    // No compute copy to write where gathers cast the master themselves (one
+    // GPU's full_shard, Plan::cast_at_gather).
+    if (!KeepsComputeShard(u)) op.work.elementwise_bytes -= ParamBytes() * shard;
     if (AdamWReadsComputeGrad()) {
       // The gradient is read in the compute dtype (gradient_path.h), and its
       // buffer goes back to the allocator once the update is issued.

@@ -65,6 +65,8 @@ FlatUnit::FlatUnit(std::vector<ParamShape> shapes, const FlatUnitOptions& option
               group_size_);
   TORCH_CHECK(!optimizer_reads_compute_grad_ || (group_size_ == 1 && !master_on_host_),
               "FlatUnit: the optimizer reads the compute gradient only of a whole unit whose master is on the device");
+  TORCH_CHECK(!options.cast_at_gather || (group_size_ > 1 && !master_on_host_),
+              "FlatUnit: only a sharded unit whose master is on the device casts it for each gather");
   for (const auto& s : shapes_) numel_ += s.numel();
   padded_numel_ = (numel_ + group_size_ - 1) / group_size_ * group_size_;
   auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
@@ -79,7 +81,7 @@ FlatUnit::FlatUnit(std::vector<ParamShape> shapes, const FlatUnitOptions& option
     compute_shard_ = compute_;
   } else if (compute_shard_on_host_) {
     compute_shard_ = PinnedHostZeros(shard_numel(), compute_dtype_);
-  } else if (group_size_ > 1 || master_on_host_) {
+  } else if ((group_size_ > 1 && !options.cast_at_gather) || master_on_host_) {
     compute_shard_ = at::zeros({shard_numel()}, fp32.dtype(compute_dtype_));
   }
   int64_t offset = 0;
@@ -135,6 +137,12 @@ void FlatUnit::GatherLocal() {
   // no host->device traffic on the hot path (nothing at all when it is compute).
   if (master_on_host_ && compute_shard_.is_same(compute_)) return;
   compute_.copy_(master_on_host_ ? compute_shard_ : master_);
+}
+
+at::Tensor FlatUnit::CastShardForGather() const {
+  TORCH_CHECK(!master_on_host_, "FlatUnit::CastShardForGather: the master is on the host");
+  at::NoGradGuard no_grad;
+  return master_.to(compute_dtype_);
 }
 
 void FlatUnit::RefreshComputeShard() {

@@ -15,7 +15,8 @@
 //            alias its storage, so autograd accumulates straight into one flat
 //            buffer that a single reduce-scatter (or a cast-add) consumes
 //   compute_shard  (sharded, offloaded or resident units) this rank's slice
-//            of the master in the compute dtype: what an all-gather sends, or
+//            of the master in the compute dtype: what an all-gather sends
+//            (unless each gather casts its own: FlatUnitOptions), or
 //            the resident compute copy itself. The optimizer step refreshes
 //            it (the fused kernel writes it in the same pass; with offload it
 //            is copied in from the host). On the device — except with
@@ -70,6 +71,11 @@ struct FlatUnitOptions {
   // reads (planner/gradient_path.h: one GPU, one micro-batch). REQUIRES
   // group_size 1 and the master on the device.
   bool optimizer_reads_compute_grad = false;
+  // No compute_shard: each all-gather sends a cast of the master made just
+  // before it (CastShardForGather; Plan::cast_at_gather), FSDP2's way, so
+  // the device holds 2 bytes a parameter of the shard less. REQUIRES
+  // group_size > 1 and the master on the device.
+  bool cast_at_gather = false;
 };
 
 class FlatUnit {
@@ -106,7 +112,8 @@ class FlatUnit {
   bool optimizer_reads_compute_grad() const { return optimizer_reads_compute_grad_; }
   const at::Tensor& compute() const { return compute_; }            // [padded_numel]
   const at::Tensor& compute_grad() const { return compute_grad_; }  // [padded_numel]
-  // Undefined unless group_size > 1, master_on_host or compute_resident;
+  // Undefined unless group_size > 1 (without cast_at_gather), master_on_host
+  // or compute_resident;
   // compute itself when unsharded and compute_resident.
   const at::Tensor& compute_shard() const { return compute_shard_; }  // [shard_numel]
 
@@ -136,6 +143,12 @@ class FlatUnit {
   // to the compute dtype. Materialises compute first if it was released.
   // REQUIRES: group_size() == 1 (sharded units gather through a communicator).
   void GatherLocal();
+  // A new tensor: the master cast to the compute dtype, on the current
+  // stream — what an all-gather sends when the unit keeps no compute_shard
+  // (FlatUnitOptions::cast_at_gather). The same values as the compute_shard
+  // an update writes (both round to nearest even).
+  // REQUIRES: master on the device.
+  at::Tensor CastShardForGather() const;
   // compute_shard <- master cast to the compute dtype (after an optimizer
   // step that did not write it itself). No-op when compute_shard is undefined.
   // REQUIRES: master on the device.

@@ -88,6 +88,7 @@ std::vector<FlatUnit> MakeShardedUnits(const LlamaModel& model, const Plan& plan
       unit_options.group_size = plan.UnitShardGroup(u);
       unit_options.rank = unit_options.group_size == 1 ? 0 : shard_rank;
       unit_options.compute_resident = plan.UnitResident(u);
+      unit_options.cast_at_gather = plan.cast_at_gather && unit_options.group_size > 1;
       units.emplace_back(model.unit_params(u), unit_options, device);
       FlatUnit& unit = units.back();
       if (values) {

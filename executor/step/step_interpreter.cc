@@ -40,6 +40,7 @@ class StepInterpreter::CopyStreams {
     if (device_.is_cuda()) {
       to_host_.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
       to_device_.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
+      gather_cast_.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
     }
 #endif
   }
@@ -64,13 +65,16 @@ class StepInterpreter::CopyStreams {
     copy();
     recorder.Stop(op, StepRecorder::Where::kHost);
   }
-  // Runs `work` with the copy stream for `kind` current, after the current
-  // stream's queued work: a collective issued there waits for the copies
-  // queued on that stream, not for the compute stream's.
+  // Runs `work` with the copy stream for `kind` current (kGather: the casts
+  // cast_at_gather sends), after the current stream's queued work: a
+  // collective issued there waits for the copies queued on that stream, not
+  // for the compute stream's.
   void Within(StreamKind kind, const std::function<void()>& work) {
 #ifdef LLMPLAN_WITH_CUDA
     if (device_.is_cuda()) {
-      c10::cuda::CUDAStream stream = kind == StreamKind::kDeviceToHost ? *to_host_ : *to_device_;
+      c10::cuda::CUDAStream stream = kind == StreamKind::kDeviceToHost ? *to_host_
+                                     : kind == StreamKind::kGather     ? *gather_cast_
+                                                                       : *to_device_;
       at::cuda::CUDAEvent ready;
       ready.record(at::cuda::getCurrentCUDAStream(device_.index()));
       ready.block(stream);
@@ -120,7 +124,7 @@ class StepInterpreter::CopyStreams {
  private:
   at::Device device_;
 #ifdef LLMPLAN_WITH_CUDA
-  std::optional<c10::cuda::CUDAStream> to_host_, to_device_;
+  std::optional<c10::cuda::CUDAStream> to_host_, to_device_, gather_cast_;
   std::map<int, std::unique_ptr<at::cuda::CUDAEvent>> events_;
 #endif
 };
@@ -570,7 +574,19 @@ void StepInterpreter::Gather(const StepOp& op) {
   }
   unit.MaterializeCompute();
   Communicator* group = GroupFor(op);
-  Track(op, group->AllGather(unit.compute_shard(), unit.compute(), op.name), group);
+  if (unit.compute_shard().defined()) {
+    Track(op, group->AllGather(unit.compute_shard(), unit.compute(), op.name), group);
+    return;
+  }
+  // Plan::cast_at_gather: the shard to send is cast from the master on the
+  // gather's side stream, which (like the collective) starts after the
+  // compute stream's queued work, so the cast's HBM pass runs beside the
+  // compute in flight instead of in line with it; the collective follows it
+  // there. The cast lives until the collective is waited for.
+  copies_->Within(StreamKind::kGather, [&] {
+    at::Tensor sent = unit.CastShardForGather();
+    Track(op, group->AllGather(sent, unit.compute(), op.name), group, {sent});
+  });
 }
 
 void StepInterpreter::ReduceScatter(const StepOp& op) {

@@ -10,7 +10,9 @@
 // edge unit kept whole by replicate_edges has S = 1 on every rank):
 //   all-gather      S > 1: the compute-dtype shard all-gathered on the shard
 //                   group's gather communicator into the unit's compute buffer
-//                   (allocated at issue); S = 1: the fp32 master cast into it.
+//                   (allocated at issue) — with Plan::cast_at_gather a cast
+//                   of the master made on a side stream just before, instead
+//                   of a kept shard; S = 1: the fp32 master cast into it.
 //   forward         the unit on the previous unit's output, detached (a fresh
 //                   leaf), so each unit's autograd graph ends at its own input;
 //                   under NoGradGuard when the program recomputes it later.

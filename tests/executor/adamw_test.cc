@@ -182,5 +182,33 @@ TEST(FlatUnitTest, ParametersViewOneBufferAndGradientsAccumulateInPlace) {
   EXPECT_THROW(local.ReduceGradientsLocal(), c10::Error);  // nothing to reduce while released
 }
 
+TEST(FlatUnitTest, CastAtGatherKeepsNoComputeShardAndSendsTheMastersCast) {
+  std::vector<ParamShape> shapes = {{"a", {2, 3}, ParamInit::kNormal}, {"b", {5}, ParamInit::kOnes}};
+  FlatUnitOptions options;
+  options.group_size = 2;
+  options.rank = 1;
+  options.compute_dtype = at::kBFloat16;
+  FlatUnit kept(shapes, options, at::Device(at::kCPU));
+  options.cast_at_gather = true;
+  FlatUnit cast(shapes, options, at::Device(at::kCPU));
+  EXPECT_TRUE(kept.compute_shard().defined());
+  EXPECT_FALSE(cast.compute_shard().defined());  // the 2 bytes a parameter it saves
+  // Values that bf16 rounds (to nearest even): the cast sent equals the
+  // shard an update refreshes, bit for bit.
+  const at::Tensor owned = at::linspace(-1.001, 2.003, kept.owned_numel(), at::kFloat);
+  kept.SetMasterOwned(owned);
+  cast.SetMasterOwned(owned);
+  const at::Tensor sent = cast.CastShardForGather();
+  EXPECT_EQ(sent.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(sent, kept.compute_shard()));
+  // A whole unit has nothing to gather; an offloaded master is not on the device.
+  options.group_size = 1;
+  options.rank = 0;
+  EXPECT_THROW(FlatUnit(shapes, options, at::Device(at::kCPU)), c10::Error);
+  options.group_size = 2;
+  options.master_on_host = true;
+  EXPECT_THROW(FlatUnit(shapes, options, at::Device(at::kCPU)), c10::Error);
+}
+
 }  // namespace
 }  // namespace llmplan::executor

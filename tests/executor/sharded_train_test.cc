@@ -72,6 +72,7 @@ struct Job {
   std::vector<int> checkpoint_layers;
   std::string tokens;  // a token file: ranks read it through the batch loader
   bool replicate_edges = false;
+  bool cast_at_gather = false;
 
   std::string Encode() const {
     nlohmann::json j = {{"preset", preset},
@@ -85,7 +86,8 @@ struct Job {
                         {"grad_accum", grad_accum},
                         {"checkpoint_layers", checkpoint_layers},
                         {"tokens", tokens},
-                        {"replicate_edges", replicate_edges}};
+                        {"replicate_edges", replicate_edges},
+                        {"cast_at_gather", cast_at_gather}};
     return j.dump();
   }
   static Job Decode(const std::string& text) {
@@ -103,6 +105,7 @@ struct Job {
     job.checkpoint_layers = j["checkpoint_layers"].get<std::vector<int>>();
     job.tokens = j["tokens"].get<std::string>();
     job.replicate_edges = j["replicate_edges"].get<bool>();
+    job.cast_at_gather = j["cast_at_gather"].get<bool>();
     return job;
   }
 
@@ -117,6 +120,7 @@ struct Job {
     p.offload_staging = offload_staging;
     p.checkpoint_layers = checkpoint_layers;
     p.replicate_edges = replicate_edges;
+    p.cast_at_gather = cast_at_gather;
     p.optimizer.lr = 1e-3;
     p.optimizer.grad_clip = grad_clip;
     p.Validate();
@@ -403,6 +407,38 @@ TEST_F(ShardedTraining, ReplicatedEdgesEqualOneProcess) {
   job.world = 4;
   job.shard_group = 2;
   Check(job, "hybrid_edges_untied");
+}
+
+TEST_F(ShardedTraining, CastAtGatherEqualsTheKeptShardBitForBit) {
+  // Each all-gather sends a cast of the fp32 master made just before it
+  // (Plan::cast_at_gather) instead of the compute-dtype shard AdamW wrote:
+  // the same values, so the same run to the bit — with a recompute after a
+  // re-gather, gathers kept through the backward (shard_grad_op), replicas
+  // (hybrid) and edges kept whole beside cast blocks.
+  struct Case {
+    std::string name;
+    ShardingStrategy strategy;
+    int world, shard_group;
+    bool edges;
+    std::vector<int> checkpoint_layers;
+  };
+  for (const Case& c : {Case{"full_shard", ShardingStrategy::kFullShard, 2, 0, false, {1}},
+                        Case{"shard_grad_op", ShardingStrategy::kShardGradOp, 2, 0, false, {}},
+                        Case{"hybrid_edges", ShardingStrategy::kHybridShard, 4, 2, true, {}}}) {
+    Job job;
+    job.strategy = c.strategy;
+    job.world = c.world;
+    job.shard_group = c.shard_group;
+    job.replicate_edges = c.edges;
+    job.checkpoint_layers = c.checkpoint_layers;
+    const fs::path kept = Check(job, c.name + "_kept");
+    job.cast_at_gather = true;
+    const fs::path cast = Check(job, c.name + "_cast");
+    std::ifstream written(cast / "plan.json");
+    EXPECT_TRUE(PlanFromJson(nlohmann::json::parse(written), "the run's plan").cast_at_gather) << c.name;
+    EXPECT_EQ(MaxDifference(cast / "final.safetensors", kept / "final.safetensors"), 0) << c.name;
+    EXPECT_EQ(Logged(cast, "loss"), Logged(kept, "loss")) << c.name;
+  }
 }
 
 TEST_F(ShardedTraining, RanksReadingATokenFileEqualOneProcessOnTheWholeBatch) {

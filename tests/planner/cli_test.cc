@@ -223,6 +223,26 @@ TEST(CliTest, EstimateSaysWhenAdamWReadsTheBf16Gradient) {
   EXPECT_EQ(cpu.out.find("read by AdamW"), std::string::npos) << cpu.out;
 }
 
+TEST(CliTest, CastAtGatherIsSaidAndRefusedWhereNothingGathers) {
+  ScratchDir dir;
+  const std::string base = "estimate --model llama3-8b --gpu h200-sxm --seq 4096 --global-batch 16 --micro-batch 2 "
+                           "--checkpoint-layers all ";
+  CliResult on = RunCli(base + "--gpus 2 --strategy full_shard --cast-at-gather yes", dir);
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_NE(on.out.find("each gather casts the fp32 shard"), std::string::npos) << on.out;
+  EXPECT_EQ(on.out.find("compute_params"), std::string::npos) << on.out;
+  CliResult off = RunCli(base + "--gpus 2 --strategy full_shard --cast-at-gather no", dir);
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_NE(off.out.find("compute_params"), std::string::npos) << off.out;
+  for (const char* bad : {"--gpus 1 --cast-at-gather yes", "--gpus 2 --cast-at-gather maybe",
+                          "--gpus 2 --offload optimizer --cast-at-gather yes"}) {
+    CliResult r = RunCli(base + bad, dir);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find("--cast-at-gather"), std::string::npos) << r.err;
+  }
+}
+
 TEST(CliTest, OffloadStagingIsPerUnitWhereTheHostHasRoom) {
   // tiny-llama (250,432 parameters, the largest unit a block of 46,208) with
   // its optimizer offloaded pins master 4 + AdamW 8 bytes a parameter, and

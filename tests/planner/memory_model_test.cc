@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "base/user_error.h"
+#include "planner/cost_model.h"
 #include "planner/memory_timeline.h"
 #include "planner/plan.h"
 #include "planner/step_program.h"
@@ -99,6 +101,53 @@ TEST(MemoryModelTest, HybridShard16GpusGroup8) {
 // gradient. No fp32 gradient (4 N bytes less), each unit's bf16 gradient
 // lives from its backward to its AdamW (freed there, not at its reduction),
 // and the reduction only reads it (2 bytes a parameter, for the norm).
+TEST(MemoryModelTest, CastAtGatherKeepsNoBf16ShardAndPricesEachCast) {
+  // Plan::cast_at_gather: no persistent compute-dtype shard (2 bytes a
+  // parameter of the shard); AdamW writes 2 bytes less; every gather reads
+  // the fp32 shard and writes its bf16 cast (6 bytes a parameter of the
+  // shard) on the gather stream, holding the cast until it is sent.
+  auto h100 = Profile("h100-sxm-80g");
+  const Plan kept = MakePlan("llama3-8b", 2, ShardingStrategy::kFullShard);
+  Plan cast = kept;
+  cast.cast_at_gather = true;
+  cast.Validate();
+  const StepProgram a = BuildStepProgram(kept, h100), b = BuildStepProgram(cast, h100);
+  double shards = 0;
+  for (const Unit& u : a.units) shards += static_cast<double>(u.padded_params) / u.group_size;
+  EXPECT_DOUBLE_EQ(a.persistent.compute_params - b.persistent.compute_params, 2 * shards);
+  EXPECT_DOUBLE_EQ(b.persistent.compute_params, 0);
+  ASSERT_EQ(a.ops.size(), b.ops.size());
+  int gathers = 0;
+  for (size_t i = 0; i < b.ops.size(); ++i) {
+    const StepOp& x = a.ops[i];
+    const StepOp& y = b.ops[i];
+    ASSERT_EQ(x.name, y.name);
+    const double shard = static_cast<double>(b.units[y.unit < 0 ? 0 : y.unit].padded_params) / 2;
+    if (y.kind == OpKind::kAllGather) {
+      ++gathers;
+      EXPECT_EQ(y.stream, StreamKind::kGather) << y.name;
+      EXPECT_DOUBLE_EQ(y.work.elementwise_bytes, 6 * shard) << y.name;
+      EXPECT_DOUBLE_EQ(x.work.elementwise_bytes, 0) << x.name;
+      EXPECT_GT(CostModel(h100).Seconds(y), CostModel(h100).Seconds(x)) << y.name;
+    }
+    if (y.kind == OpKind::kOptimizerStep) EXPECT_DOUBLE_EQ(x.work.elementwise_bytes - y.work.elementwise_bytes, 2 * shard);
+  }
+  EXPECT_GT(gathers, 0);
+  const Estimate ea = EvaluatePlan(kept, h100), eb = EvaluatePlan(cast, h100);
+  // The peak drops by the kept shards, less at most the largest unit's cast in flight.
+  EXPECT_LT(eb.memory.peak_allocated_bytes, ea.memory.peak_allocated_bytes - 2 * shards * 0.8);
+  // The casts run beside the compute (on the gather stream) and AdamW
+  // writes 2 bytes less: about the same step.
+  EXPECT_NEAR(eb.tokens_per_second_per_gpu / ea.tokens_per_second_per_gpu, 1.0, 0.01);
+  // Nothing to cast for: one GPU, no_shard, or an offloaded optimizer.
+  for (Plan bad : {MakePlan("llama3-8b", 1, ShardingStrategy::kFullShard),
+                   MakePlan("llama3-8b", 2, ShardingStrategy::kNoShard),
+                   MakePlan("llama3-8b", 2, ShardingStrategy::kFullShard, 0, Offload::kOptimizer)}) {
+    bad.cast_at_gather = true;
+    EXPECT_THROW(bad.Validate(), UserError) << PlanSummary(bad);
+  }
+}
+
 TEST(MemoryModelTest, OneGpuOneMicroBatchKeepsNoFp32Gradient) {
   auto h100 = Profile("h100-sxm-80g");
   const double n = 1'235'814'400.0;  // llama3.2-1b, tied
@@ -121,7 +170,11 @@ TEST(MemoryModelTest, OneGpuOneMicroBatchKeepsNoFp32Gradient) {
       if (op.kind == OpKind::kOptimizerStep) {
         ++updates;
         const double bf16_grad = 2.0 * direct.units[op.unit].padded_params;
-        EXPECT_DOUBLE_EQ(op.work.elementwise_bytes, (30 - 2) * static_cast<double>(direct.units[op.unit].padded_params));
+        // One GPU's full_shard keeps no bf16 copy for AdamW to write: its
+        // "gathers" cast the master.
+        const double written = s == ShardingStrategy::kNoShard ? 2 : 0;
+        EXPECT_DOUBLE_EQ(op.work.elementwise_bytes,
+                         (28 - 2 + written) * static_cast<double>(direct.units[op.unit].padded_params));
         ASSERT_EQ(op.alloc_at_start.size(), 1u) << op.name;
         EXPECT_EQ(op.alloc_at_start[0].category, MemoryCategory::kGradBuffers);
         EXPECT_DOUBLE_EQ(op.alloc_at_start[0].bytes, -bf16_grad) << op.name;

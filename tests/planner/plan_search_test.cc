@@ -464,5 +464,48 @@ TEST(PlanSearchTest, ReplicatedEdgesAreSearchedAndChosenWhereTheyPay) {
   for (const auto& alt : on.result.alternatives) EXPECT_TRUE(alt.estimate.plan.replicate_edges);
 }
 
+TEST(PlanSearchTest, CastAtGatherIsChosenWhereItBuysBackRecompute) {
+  // Llama-3-8B on two H200s without offload, 4 sequences per micro-batch:
+  // the bf16 copy of each shard (7.5 GiB) costs blocks that must be
+  // checkpointed. Casting at each gather instead takes a cast on the
+  // gather's stream and recomputes fewer.
+  auto req = Request("llama3-8b", "h200-sxm", 2, 4096, 16);
+  req.strategy = ShardingStrategy::kFullShard;
+  req.offload = Offload::kNone;
+  req.micro_batch = 4;
+  Searched s = Search(req);
+  ExpectAllFeasibleFit(s);
+  ExpectEqualsEvaluatePlan(s);
+  const Estimate& best = s.result.best;
+  EXPECT_TRUE(best.plan.cast_at_gather);
+  req.cast_at_gather = false;
+  Searched kept = Search(req);
+  ASSERT_TRUE(kept.result.found);
+  EXPECT_FALSE(kept.result.best.plan.cast_at_gather);
+  for (const auto& alt : kept.result.alternatives) EXPECT_FALSE(alt.estimate.plan.cast_at_gather);
+  EXPECT_GT(kept.result.best.plan.checkpoint_layers.size(), best.plan.checkpoint_layers.size());
+  EXPECT_GT(best.tokens_per_second_per_gpu, kept.result.best.tokens_per_second_per_gpu);
+  // On two 80 GB H100s the kept shards leave no room at all, even with
+  // every block checkpointed: casting at each gather is what fits.
+  auto h100 = Request("llama3-8b", "h100-sxm-80g", 2, 4096, 8);
+  h100.strategy = ShardingStrategy::kFullShard;
+  h100.offload = Offload::kNone;
+  h100.cast_at_gather = false;
+  EXPECT_FALSE(Search(h100).result.found);
+  h100.cast_at_gather.reset();
+  Searched fits = Search(h100);
+  ASSERT_TRUE(fits.result.found) << fits.result.why_none;
+  EXPECT_TRUE(fits.result.best.plan.cast_at_gather);
+  // A plan that fits with nothing recomputed keeps its bf16 shards (the
+  // search does not spend evaluations on a cast that cannot buy anything).
+  auto small = Request("llama3.2-1b", "h100-sxm-80g", 2, 2048, 8);
+  small.strategy = ShardingStrategy::kFullShard;
+  small.offload = Offload::kNone;
+  Searched roomy = Search(small);
+  ASSERT_TRUE(roomy.result.found);
+  EXPECT_TRUE(roomy.result.best.plan.checkpoint_layers.empty());
+  EXPECT_FALSE(roomy.result.best.plan.cast_at_gather);
+}
+
 }  // namespace
 }  // namespace llmplan

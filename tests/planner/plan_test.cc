@@ -102,6 +102,29 @@ TEST(PlanTest, OffloadStagingIsSlotsUnlessTheFileSaysUnit) {
   EXPECT_EQ(PlanSummary(none).find("staged"), std::string::npos) << PlanSummary(none);
 }
 
+TEST(PlanTest, CastAtGatherIsWrittenOnlyWhenOnAndRefusedWithoutGathers) {
+  Plan a = Example();
+  a.offload = Offload::kNone;
+  a.Validate();
+  ASSERT_GT(a.shard_group_size, 1);
+  nlohmann::json j = PlanToJson(a);
+  EXPECT_FALSE(j.contains("cast_at_gather"));  // plan files before it read the same
+  EXPECT_FALSE(PlanFromJson(j, "old").cast_at_gather);
+  a.cast_at_gather = true;
+  a.Validate();
+  j = PlanToJson(a);
+  EXPECT_EQ(j["cast_at_gather"], true);
+  EXPECT_TRUE(PlanFromJson(j, "cast").cast_at_gather);
+  EXPECT_NE(PlanSummary(a).find("cast at gather"), std::string::npos) << PlanSummary(a);
+  a.offload = Offload::kOptimizer;
+  try {
+    a.Validate();
+    FAIL() << "cast_at_gather with an offloaded optimizer was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("drop cast_at_gather"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PlanTest, OffloadStagingPerUnitDoesNotGoWithTheDelayedUpdate) {
   Plan p = Example();
   p.grad_accum = 1;

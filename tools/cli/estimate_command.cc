@@ -27,7 +27,7 @@ struct EstimateOptions {
   std::string gpu = "h100-sxm-80g";
   int64_t global_batch = 0;
   double global_batch_tokens = 0;
-  std::string strategy, checkpoint_layers, offload, offload_to, offload_staging, replicate_edges;
+  std::string strategy, checkpoint_layers, offload, offload_to, offload_staging, replicate_edges, cast_at_gather;
   std::string kernels = "fused";
   static constexpr int64_t kUnpinned = std::numeric_limits<int64_t>::min();  // no value a user can type
   int64_t micro_batch = kUnpinned, grad_accum = kUnpinned, shard_group = kUnpinned;
@@ -101,6 +101,14 @@ void Run(const EstimateOptions& o) {
       throw UserError("--replicate-edges must be yes or no (got '" + o.replicate_edges + "')");
     req.replicate_edges = o.replicate_edges == "yes";
   }
+  if (!o.cast_at_gather.empty()) {
+    if (o.cast_at_gather != "yes" && o.cast_at_gather != "no")
+      throw UserError("--cast-at-gather must be yes or no (got '" + o.cast_at_gather + "')");
+    req.cast_at_gather = o.cast_at_gather == "yes";
+    if (*req.cast_at_gather && req.offload && *req.offload != Offload::kNone)
+      throw UserError("--cast-at-gather yes casts the fp32 master on the GPU for each all-gather, and --offload " +
+                      OffloadName(*req.offload) + " moves it: give --offload none, or drop --cast-at-gather");
+  }
   if (!o.offload_to.empty()) {
     req.offload_to = ParseOffloadTier(o.offload_to);
     if (*req.offload_to == OffloadTier::kNvme && req.offload && !OffloadsOptimizer(*req.offload))
@@ -150,6 +158,9 @@ void Run(const EstimateOptions& o) {
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   // Nothing could even be tried (the pins exclude every plan): no report to show.
   if (!r.found && r.best.plan.model.layers == 0) throw UserError(r.why_none);
+  if (req.cast_at_gather.value_or(false) && !r.best.plan.cast_at_gather)
+    throw UserError("--cast-at-gather yes needs all-gathers to cast for: the chosen plan has none (" +
+                    PlanSummary(r.best.plan) + "); give --strategy full_shard with --gpus 2 or more, or drop it");
 
   if (o.json) {
     nlohmann::json j = EstimateToJson(r.best, profile);
@@ -230,6 +241,10 @@ void AddEstimateCommand(CLI::App& app) {
   cmd->add_option("--replicate-edges", o->replicate_edges,
                   "Pin: yes keeps the embedding and head whole on every GPU while the blocks are sharded (no "
                   "gathers for them, one all-reduce per step); no shards them like the blocks");
+  cmd->add_option("--cast-at-gather", o->cast_at_gather,
+                  "Pin: yes casts each fp32 shard for every all-gather, as FSDP2 does (2 bytes a parameter of the "
+                  "shard less memory, a cast on the gather's stream per gather); no keeps a bf16 copy of each shard "
+                  "for the gathers. Default: cast only where the plan needs it to fit or to recompute fewer blocks");
   cmd->add_option("--offload-to", o->offload_to,
                   "Pin where offloaded optimizer state lives: host | nvme (default: host, NVMe where the host is short "
                   "and the profile has disk rates)");

@@ -46,6 +46,7 @@ void PrintEstimate(std::ostream& out, const Estimate& e, const HardwareProfile& 
   else if (p.strategy != ShardingStrategy::kNoShard)
     strategy += " (over " + std::to_string(p.shard_group_size) + " GPUs)";
   if (p.replicate_edges) strategy += "; embedding and head whole on every GPU";
+  if (p.cast_at_gather) strategy += "; each gather casts the fp32 shard (no bf16 copy kept)";
   out << Row("strategy", strategy);
   out << Row("micro-batch", std::to_string(p.micro_batch) + " x grad-accum " + std::to_string(p.grad_accum) + " x " +
                                 std::to_string(p.gpus) + " GPUs = " + std::to_string(p.GlobalBatch()) + " sequences (" +
