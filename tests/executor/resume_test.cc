@@ -271,6 +271,30 @@ TEST_F(ResumeTest, ReplicatedEdgesSaveOnceResumeExactlyAndReshard) {
   ExpectSameWeights(Path("into_edges/final.safetensors"), Path("straight/final.safetensors"), 2e-5);
 }
 
+// Gathers that cast the fp32 master (--cast-at-gather yes) keep no bf16
+// shard to save or restore: a resume is bit for bit, equal to the plan that
+// keeps the shards, and each form resumes the other's checkpoint exactly.
+TEST_F(ResumeTest, CastAtGatherResumesBitForBitAndEqualsTheKeptShards) {
+  const std::string cast = MakePlan(2, "full_shard", 2, "--cast-at-gather yes --offload none");
+  const std::string kept = MakePlan(2, "full_shard", 2, "--cast-at-gather no --offload none");
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(cast)).value("cast_at_gather", false), true);
+  ASSERT_EQ(Run(kept, 5, "straight").status, 0);
+  CommandResult first = Run(cast, 2, "half", "--ckpt-dir " + Path("ckpt"));
+  ASSERT_EQ(first.status, 0) << first.output;
+  CommandResult again = Run(cast, 5, "resumed", "--resume-from " + Path("ckpt/step-00000002"));
+  ASSERT_EQ(again.status, 0) << again.output;
+  const std::vector<double> straight = Losses(Path("straight"));
+  EXPECT_EQ(Losses(Path("half")), std::vector<double>(straight.begin(), straight.begin() + 2));
+  EXPECT_EQ(Losses(Path("resumed"), 3), std::vector<double>(straight.begin() + 2, straight.end()));
+  ExpectSameWeights(Path("resumed/final.safetensors"), Path("straight/final.safetensors"), 0);
+  // A kept-shard checkpoint resumed by the casting plan, and back.
+  ASSERT_EQ(Run(kept, 2, "kept_half", "--ckpt-dir " + Path("kept_ckpt")).status, 0);
+  ASSERT_EQ(Run(cast, 5, "into_cast", "--resume-from " + Path("kept_ckpt/step-00000002")).status, 0);
+  ExpectSameWeights(Path("into_cast/final.safetensors"), Path("straight/final.safetensors"), 0);
+  ASSERT_EQ(Run(kept, 5, "into_kept", "--resume-from " + Path("ckpt/step-00000002")).status, 0);
+  ExpectSameWeights(Path("into_kept/final.safetensors"), Path("straight/final.safetensors"), 0);
+}
+
 // kill -9 of the whole job at random moments, again and again, each time
 // restarted with the same command line (as a scheduler's requeue does): the
 // run ends with the parameters of an uninterrupted one, bit for bit.
