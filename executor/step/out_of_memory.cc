@@ -18,12 +18,20 @@ std::string RePlanAdvice(const Plan& plan) {
                      std::to_string(plan.GlobalBatch()) + " --strategy " + StrategyName(plan.strategy);
   if (plan.strategy == ShardingStrategy::kHybridShard) pins += " --shard-group " + std::to_string(plan.shard_group_size);
   if (plan.OptimizerStateOnNvme()) pins += " --offload-to nvme";
+  if (plan.cast_at_gather) pins += " --cast-at-gather yes";
   const bool all_checkpointed = static_cast<int64_t>(plan.checkpoint_layers.size()) == plan.model.layers;
   if (plan.replicate_edges) {
     // The embedding's and head's whole state on every GPU is the cheapest
     // memory to give back: it costs only communication.
     return "plan again with the embedding and head sharded like the blocks: " + pins + " --micro-batch " +
            std::to_string(plan.micro_batch) + " --replicate-edges no --offload " + OffloadName(plan.offload);
+  }
+  if (plan.offload == Offload::kNone && plan.shard_group_size > 1 && plan.strategy != ShardingStrategy::kNoShard &&
+      !plan.cast_at_gather) {
+    // The bf16 copy of every shard kept for the gathers: 2 bytes a parameter
+    // of the shard back for a cast per gather beside the compute.
+    return "plan again casting each gather's shard from the fp32 master instead of keeping a bf16 copy: " + pins +
+           " --micro-batch " + std::to_string(plan.micro_batch) + " --cast-at-gather yes --offload none";
   }
   if (plan.micro_batch > 1) {
     return "plan again with the same pins and a smaller micro-batch: " + pins + " --micro-batch " +

@@ -38,8 +38,10 @@ UserError OutOfMemoryError(const Plan& plan, const StepProgram& program, const S
                            const at::Device& device, const MemoryAtFailure& memory);
 
 // The advice alone: an `llmplan estimate` command with the plan's pins and one
-// change that lowers memory (half the micro-batch; else every block
-// checkpointed; else the optimizer offloaded; else twice the GPUs).
+// change that lowers memory (the embedding and head sharded; else each
+// gather casting its shard instead of a kept bf16 copy; else half the
+// micro-batch; else every block checkpointed; else the optimizer offloaded;
+// else more GPUs).
 std::string RePlanAdvice(const Plan& plan);
 
 // The test hook (see above): allocates 1 PiB on `device` when
