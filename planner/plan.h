@@ -152,8 +152,9 @@ struct Plan {
   // shard less on the device (7.48 GiB of an 8B model over two GPUs), for 6
   // bytes of HBM traffic a parameter per gather, on the gather's side
   // stream. JSON "cast_at_gather", written only when true (absent: false,
-  // what every plan file before it did); the search turns it on only for a
-  // plan that does not fit without it. REQUIRES (Validate): offload none (an
+  // what every plan file before it did); the search tries it on plans that
+  // need checkpointed blocks, or do not fit, without it and keeps it where it
+  // is faster or the only one that fits. REQUIRES (Validate): offload none (an
   // offloaded optimizer's update arrives as the compute-dtype shard) and
   // shard groups of more than one GPU (one GPU's "gather" casts already).
   bool cast_at_gather = false;
