@@ -52,7 +52,7 @@ void CheckHostMemory(const Plan& plan, const HostMemoryNeed& need, double availa
       staging_is_the_excess
           ? "drop --ckpt-async (each save then pauses training while it writes), or plan for more GPUs so each "
             "shard is smaller (llmplan estimate --ckpt-async --gpus auto)"
-          : RePlanAdvice(plan);
+          : RePlanAdvice(plan, /*gpu_memory=*/false);
   throw UserError(what + ", but this host has " + FormatBytes(available_bytes) + " available (MemAvailable); " + advice);
 }
 

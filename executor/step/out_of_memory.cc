@@ -12,7 +12,7 @@
 
 namespace llmplan::executor {
 
-std::string RePlanAdvice(const Plan& plan) {
+std::string RePlanAdvice(const Plan& plan, bool gpu_memory) {
   std::string pins = "llmplan estimate --model " + plan.model.name + " --gpus " + std::to_string(plan.gpus) +
                      " --gpu " + plan.profile + " --seq " + std::to_string(plan.seq_len) + " --global-batch " +
                      std::to_string(plan.GlobalBatch()) + " --strategy " + StrategyName(plan.strategy);
@@ -26,10 +26,11 @@ std::string RePlanAdvice(const Plan& plan) {
     return "plan again with the embedding and head sharded like the blocks: " + pins + " --micro-batch " +
            std::to_string(plan.micro_batch) + " --replicate-edges no --offload " + OffloadName(plan.offload);
   }
-  if (plan.offload == Offload::kNone && plan.shard_group_size > 1 && plan.strategy != ShardingStrategy::kNoShard &&
-      !plan.cast_at_gather) {
+  if (gpu_memory && plan.offload == Offload::kNone && plan.shard_group_size > 1 &&
+      plan.strategy != ShardingStrategy::kNoShard && !plan.cast_at_gather) {
     // The bf16 copy of every shard kept for the gathers: 2 bytes a parameter
-    // of the shard back for a cast per gather beside the compute.
+    // of the shard back for a cast per gather beside the compute (on a GPU's
+    // side stream; a CPU run would pay for it in line).
     return "plan again casting each gather's shard from the fp32 master instead of keeping a bf16 copy: " + pins +
            " --micro-batch " + std::to_string(plan.micro_batch) + " --cast-at-gather yes --offload none";
   }
@@ -56,7 +57,7 @@ UserError OutOfMemoryError(const Plan& plan, const StepProgram& program, const S
                    std::to_string(op.id) + " \"" + op.name + "\": " + FormatBytes(static_cast<double>(memory.allocated)) +
                    " allocated, " + FormatBytes(static_cast<double>(memory.reserved)) +
                    " reserved when it failed; the plan predicts a peak of " + FormatBytes(predicted.peak) +
-                   " allocated (" + FormatBytes(at_op) + " after this op); " + RePlanAdvice(plan));
+                   " allocated (" + FormatBytes(at_op) + " after this op); " + RePlanAdvice(plan, device.is_cuda()));
 }
 
 void MaybeInjectOutOfMemory(int rank, int op_id, const at::Device& device) {

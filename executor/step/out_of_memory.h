@@ -38,11 +38,11 @@ UserError OutOfMemoryError(const Plan& plan, const StepProgram& program, const S
                            const at::Device& device, const MemoryAtFailure& memory);
 
 // The advice alone: an `llmplan estimate` command with the plan's pins and one
-// change that lowers memory (the embedding and head sharded; else each
-// gather casting its shard instead of a kept bf16 copy; else half the
-// micro-batch; else every block checkpointed; else the optimizer offloaded;
-// else more GPUs).
-std::string RePlanAdvice(const Plan& plan);
+// change that lowers memory (the embedding and head sharded; else, for a
+// GPU's memory (`gpu_memory`), each gather casting its shard instead of a
+// kept bf16 copy; else half the micro-batch; else every block checkpointed;
+// else the optimizer offloaded; else more GPUs).
+std::string RePlanAdvice(const Plan& plan, bool gpu_memory);
 
 // The test hook (see above): allocates 1 PiB on `device` when
 // LLMPLAN_TEST_OOM_AT names this rank and op; else does nothing.
