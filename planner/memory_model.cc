@@ -294,8 +294,10 @@ SavedTensors HeadForward(const ActivationShape& a, double matrix_params, MemoryS
   // at::Tensor normed = model_.FinalNorm(...): its output is no one's saved tensor.
   const int normed = RmsNorm(z, /*keep_graph=*/true, s, out.saved);
   // ChunkedCrossEntropy: the gradients it returns in backward are made here.
-  out.saved.push_back(s.Alloc(kSaved, z.H));                 // grad_hidden = empty_like(hidden)
-  out.saved.push_back(s.Alloc(kSaved, z.c * matrix_params));  // grad_weight = zeros_like(weight)
+  // Fused form: the weight's is added into its unit's flat gradient, which
+  // the program allocates at this op's start (no buffer of the loss's own).
+  out.saved.push_back(s.Alloc(kSaved, z.H));                                // grad_hidden = empty_like(hidden)
+  if (!z.fused) out.saved.push_back(s.Alloc(kSaved, z.c * matrix_params));  // grad_weight = zeros_like(weight)
   const int loss_sum = s.Alloc(kTemp, 4);
   const double chunk = std::min(a.loss_chunk, a.tokens) * a.vocab;
   if (z.fused) {
@@ -355,13 +357,15 @@ int BlockBackward(const ActivationShape& a, const SavedTensors& forward, int flo
 
 int HeadBackward(const ActivationShape& a, const SavedTensors& forward, MemoryScript& s) {
   const Sizes z(a);
-  // forward.saved = {the norm's (xf, inv, normed; fused: inv), grad_hidden, grad_weight}.
+  // forward.saved = {the norm's (xf, inv, normed; fused: inv), grad_hidden,
+  // and in the composite form grad_weight}.
   std::vector<int> saved = forward.saved;
-  const int grad_weight = saved.back();
-  saved.pop_back();
+  if (!z.fused) {
+    s.Free(saved.back());  // grad_weight: added in place into the flat gradient, then dropped
+    saved.pop_back();
+  }
   const int grad_hidden = saved.back();
   saved.pop_back();
-  s.Free(grad_weight);  // added in place into the flat gradient, then dropped
   if (z.fused) {
     // The fused norm's backward: its input's gradient and the weight
     // gradient's fp32 partial sums (block_kernels.h), then the incoming

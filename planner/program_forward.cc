@@ -34,8 +34,11 @@ BlockActivationBytes BlockActivations(const Plan& plan, const HardwareProfile& p
   BlockBackward(a, saved, flowing, backward);
   b.working = highest(backward);
   MemoryScript head(tensors);
-  HeadForward(a, static_cast<double>(plan.model.vocab * plan.model.hidden), head);
-  b.head = highest(head);
+  const double matrix = static_cast<double>(plan.model.vocab * plan.model.hidden);
+  HeadForward(a, matrix, head);
+  // The fused form's loss adds into the flat gradient the program allocates
+  // at the head's forward: the same bytes the composite form's own buffer takes.
+  b.head = highest(head) + (a.fused_kernels ? a.compute_bytes * matrix : 0);
   (void)kept;
   return b;
 }
@@ -164,6 +167,15 @@ void ProgramBuilder::Forward(int mb) {
       case UnitKind::kEmbedding: call = MemoryCall::kEmbeddingForward; break;
       case UnitKind::kBlock: call = Recomputed(u) ? MemoryCall::kBlockForwardNoGraph : MemoryCall::kBlockForward; break;
       case UnitKind::kHead: call = MemoryCall::kHeadForward; break;
+    }
+    // The fused form's loss adds its weight gradient straight into the flat
+    // gradient of the unit holding the output weight (the embedding's when
+    // tied): it exists from this forward on (the executor's Forward makes it
+    // first, as here), and the head's backward finds it made.
+    if (U(u).kind == UnitKind::kHead && shape_.fused_kernels) {
+      const int holder = plan_.model.tied_embeddings ? 0 : u;
+      if (compute_grad_[holder] < 0)
+        compute_grad_[holder] = tensors_.Alloc(MemoryCategory::kGradBuffers, ParamBytes() * Padded(holder), op.alloc_at_start);
     }
     CallMemoryModel(call, {}, op.alloc_at_start, saved_[u]);
     last_forward_[u] = Add(std::move(op));

@@ -156,9 +156,11 @@ OpWork HeadBackwardWork(const ActivationShape& a, double matrix_params) {
   const PerToken z(a);
   OpWork w;
   // Scale the two gradients the forward made by the loss's seed (in place),
-  // add d W into the flat gradient, and the final norm's backward.
-  w.elementwise_bytes = a.tokens * (2 * z.H + RmsNormBackwardBytes(z)) + 2 * z.c * matrix_params + 3 * z.c * matrix_params;
-  w.launches = RmsNormBackwardLaunches(z) + 4;
+  // add d W into the flat gradient (the composite form: the fused form's loss
+  // wrote it there), and the final norm's backward.
+  const double add = z.fused ? 0 : 3 * z.c * matrix_params;
+  w.elementwise_bytes = a.tokens * (2 * z.H + RmsNormBackwardBytes(z)) + 2 * z.c * matrix_params + add;
+  w.launches = RmsNormBackwardLaunches(z) + (z.fused ? 3 : 4);
   return w;
 }
 

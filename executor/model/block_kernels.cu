@@ -403,6 +403,29 @@ void SwiGluBackward(const void* grad, const void* gate, const void* up, void* gr
   }
 }
 
+// Column sums of the RMSNorm backward's fp32 partial weight gradients, in
+// the weight's dtype. One thread per column walks the rows in order with
+// four accumulators (rows r, r+1, r+2, r+3: independent adds in flight, then
+// summed in a fixed order), so the result is deterministic; neighbouring
+// threads read neighbouring floats of each row (coalesced). ATen's
+// `partials.sum(0)` for the same [1056, 2048] took a 17 MiB global staging
+// buffer of its own (measured on H200, 2026-12-03), twice the partials,
+// and a second kernel for the cast.
+template <typename T>
+__global__ void SumPartialRowsKernel(const float* __restrict__ partials, int64_t rows, int64_t cols,
+                                     T* __restrict__ out) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) acc[k] += partials[(r + k) * cols + c];
+  }
+  for (; r < rows; ++r) acc[0] += partials[r * cols + c];
+  out[c] = FromFloat<T>((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+
 void CheckLaunch(const char* what) {
   const cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) throw std::runtime_error(std::string(what) + " launch failed: " + cudaGetErrorString(error));
@@ -411,6 +434,20 @@ void CheckLaunch(const char* what) {
 }  // namespace
 
 int64_t RmsNormBackwardPartials(int64_t rows) { return std::max<int64_t>(1, std::min(rows, kRmsNormBackwardMaxPartials)); }
+
+void LaunchSumPartialRows(KernelDType out_dtype, const float* partials, int64_t rows, int64_t cols, void* out,
+                          void* stream) {
+  if (cols <= 0) return;
+  auto st = static_cast<cudaStream_t>(stream);
+  const int threads = 256;
+  const auto blocks = static_cast<unsigned>((cols + threads - 1) / threads);
+  if (out_dtype == KernelDType::kBF16) {
+    SumPartialRowsKernel<__nv_bfloat16><<<blocks, threads, 0, st>>>(partials, rows, cols, static_cast<__nv_bfloat16*>(out));
+  } else {
+    SumPartialRowsKernel<float><<<blocks, threads, 0, st>>>(partials, rows, cols, static_cast<float*>(out));
+  }
+  CheckLaunch("RMSNorm weight gradient sum");
+}
 
 void LaunchRmsNormForward(KernelDType dtype, const void* x, const void* weight, void* out, float* inv_rms,
                           int64_t rows, int64_t cols, float eps, void* stream) {

@@ -52,6 +52,13 @@ void LaunchRmsNormBackward(KernelDType dtype, const void* grad_out, const void* 
                            const float* inv_rms, const void* residual_grad, void* grad_x,
                            float* grad_weight_partials, int64_t rows, int64_t cols, void* stream);
 
+// out[c] = sum over r of partials[r, c] (fp32, in a fixed order), rounded to
+// out_dtype: the weight gradient from LaunchRmsNormBackward's partials,
+// without ATen's reduction and its staging buffer.
+// REQUIRES: partials contiguous fp32 [rows, cols]; out [cols] of out_dtype.
+void LaunchSumPartialRows(KernelDType out_dtype, const float* partials, int64_t rows, int64_t cols, void* out,
+                          void* stream);
+
 // Rotary embedding in the rotate-half layout over x [tokens, heads, head_dim]
 // (tokens = batch * seq, token n at position n % seq), cos and sin
 // [>= seq, head_dim]: out = x * cos + rotate_half(x) * sin,

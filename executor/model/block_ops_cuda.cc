@@ -70,8 +70,11 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     LaunchRmsNormBackward(DTypeOf(x), grad_out.data_ptr(), x.data_ptr(), weight.data_ptr(),
                           inv_rms.data_ptr<float>(), residual.defined() ? residual.data_ptr() : nullptr,
                           grad_x.data_ptr(), partials.data_ptr<float>(), rows, cols, StreamOf(x));
-    // A few hundred fp32 rows: one small reduction, then the weight's dtype.
-    at::Tensor grad_weight = partials.sum(0).to(weight.scalar_type());
+    // A thousand fp32 rows at most, summed per column by one small kernel
+    // straight into the weight's dtype (block_kernels.h: no staging buffer).
+    at::Tensor grad_weight = at::empty({cols}, weight.options());
+    LaunchSumPartialRows(DTypeOf(weight), partials.data_ptr<float>(), partials.size(0), cols, grad_weight.data_ptr(),
+                         StreamOf(x));
     return {grad_x, grad_weight, at::Tensor(), at::Tensor()};
   }
 };

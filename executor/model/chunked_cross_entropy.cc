@@ -16,7 +16,8 @@ using torch::autograd::variable_list;
 class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCrossEntropyFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                            const at::Tensor& targets, int64_t chunk_tokens, bool fused) {
+                            const at::Tensor& targets, int64_t chunk_tokens, bool fused,
+                            const at::Tensor* weight_grad_into) {
 #ifndef LLMPLAN_WITH_CUDA
     (void)fused;  // the kernel exists only in CUDA builds
 #endif
@@ -24,7 +25,9 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     const double inv_n = 1.0 / static_cast<double>(n);
     const bool need_grad_hidden = hidden.requires_grad(), need_grad_weight = weight.requires_grad();
     at::Tensor grad_hidden = need_grad_hidden ? at::empty_like(hidden) : at::Tensor();
-    at::Tensor grad_weight = need_grad_weight ? at::zeros_like(weight) : at::Tensor();
+    // The caller's buffer (its flat gradient), or one of our own.
+    const bool into_callers = need_grad_weight && weight_grad_into != nullptr;
+    at::Tensor grad_weight = into_callers ? *weight_grad_into : need_grad_weight ? at::zeros_like(weight) : at::Tensor();
     at::Tensor loss_sum = at::zeros({}, hidden.options().dtype(at::kFloat));
     for (int64_t start = 0; start < n; start += chunk_tokens) {
       const int64_t len = std::min(chunk_tokens, n - start);
@@ -69,6 +72,7 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     }
     ctx->saved_data["grad_hidden"] = grad_hidden;
     ctx->saved_data["grad_weight"] = grad_weight;
+    ctx->saved_data["into_callers"] = into_callers;
     return (loss_sum * inv_n).to(hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
   }
 
@@ -76,27 +80,37 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     at::Tensor g = grad_outputs[0];
     at::Tensor grad_hidden = ctx->saved_data["grad_hidden"].toTensor();
     at::Tensor grad_weight = ctx->saved_data["grad_weight"].toTensor();
+    const bool into_callers = ctx->saved_data["into_callers"].toBool();
     ctx->saved_data.clear();  // drop our references as soon as autograd has the results
-    // Scale in place (these buffers are ours alone) by a device scalar: no
-    // host sync to test whether g is 1.
+    // Scale in place (these buffers are ours, or the caller's to be scaled) by
+    // a device scalar: no host sync to test whether g is 1.
     if (grad_hidden.defined()) grad_hidden.mul_(g.to(grad_hidden.scalar_type()));
     if (grad_weight.defined()) grad_weight.mul_(g.to(grad_weight.scalar_type()));
-    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor()};
+    // In the caller's buffer the weight's gradient is in place already.
+    return {grad_hidden, into_callers ? at::Tensor() : grad_weight, at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor ChunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                               int64_t chunk_tokens, bool fused) {
+                               int64_t chunk_tokens, bool fused, const at::Tensor& weight_grad_into) {
   TORCH_CHECK(chunk_tokens >= 1, "ChunkedCrossEntropy: chunk_tokens must be positive");
   TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
               "ChunkedCrossEntropy: hidden [N, H] and weight [V, H] expected");
+  TORCH_CHECK(!weight_grad_into.defined() ||
+                  (weight_grad_into.sizes() == weight.sizes() && weight_grad_into.scalar_type() == weight.scalar_type() &&
+                   weight_grad_into.device() == weight.device() && weight_grad_into.is_contiguous()),
+              "ChunkedCrossEntropy: weight_grad_into must be a contiguous tensor of the weight's shape, dtype and device");
   TORCH_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0), "ChunkedCrossEntropy: targets [N] expected");
   const bool kernel = fused && hidden.is_cuda() &&
                       (hidden.scalar_type() == at::kBFloat16 || hidden.scalar_type() == at::kFloat) &&
                       weight.scalar_type() == hidden.scalar_type() && targets.scalar_type() == at::kLong;
-  return ChunkedCrossEntropyFunction::apply(hidden, weight, targets, chunk_tokens, kernel);
+  // A pointer, not a tensor argument: autograd would take a tensor for an
+  // input of the function (and LibTorch 1.13 cannot take an undefined one).
+  return ChunkedCrossEntropyFunction::apply(hidden, weight, targets, chunk_tokens, kernel,
+                                            weight_grad_into.defined() ? &weight_grad_into : nullptr);
 }
 
 at::Tensor PlainCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets) {

@@ -411,10 +411,18 @@ void StepInterpreter::Forward(int unit, int mb) {
     }
     case UnitKind::kHead: {
       a.input = activations_.at({unit - 1, mb}).output.detach().requires_grad_(true);
+      // The fused form's loss adds its weight gradient straight into the
+      // flat gradient of the unit holding the output weight (the embedding's
+      // when tied), which therefore exists from this forward on, not from the
+      // head's backward (chunked_cross_entropy.h; the planner's head forward
+      // allocates it here too). Materialised first, as the planner orders it.
+      const bool fused = model_.RunsFusedKernels(a.input);
+      FlatUnit& holder = units_.at(model_.spec().tied_embeddings ? model_.embedding_unit() : unit);
+      if (fused) holder.MaterializeComputeGrad();
       at::Tensor normed = model_.FinalNorm(params, a.input);
       at::Tensor weight = model_.OutputWeight(params, units_.at(model_.embedding_unit()).params());
       a.output = ChunkedCrossEntropy(normed.reshape({-1, normed.size(-1)}), weight, targets_[mb],
-                                     plan_.loss_chunk_tokens, model_.RunsFusedKernels(normed));
+                                     plan_.loss_chunk_tokens, fused, fused ? weight.grad() : at::Tensor());
       loss_sum_ += a.output.detach();
       break;
     }

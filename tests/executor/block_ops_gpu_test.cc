@@ -107,6 +107,22 @@ TEST_F(BlockOpsGpuTest, RmsNormMatchesCompositeAndItsGradientsAreAsAccurate) {
   }
 }
 
+// Many rows: the kernel writes its most partial rows (1,056), which one
+// small kernel sums per column into the weight's gradient (block_kernels.h,
+// LaunchSumPartialRows); as accurate as the composite's, in bf16 and fp32.
+TEST_F(BlockOpsGpuTest, RmsNormWeightGradientOverManyRowsIsAsAccurate) {
+  for (const at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    SCOPED_TRACE(dtype == at::kFloat ? "fp32" : "bf16");
+    const int64_t cols = 2048;
+    const at::Tensor x = Randn({8, 1024, cols}, dtype) * 3;
+    const at::Tensor w = (Randn({cols}, at::kFloat) * 0.1 + 1).to(dtype);
+    ASSERT_EQ(BlockOpsFormFor(true, x, cols, 64), kFused);
+    ExpectGradientsAsAccurate(
+        [](BlockOpsForm form, const std::vector<at::Tensor>& in) { return RmsNorm(form, in[0], in[1], 1e-5); }, {x, w},
+        Randn({8, 1024, cols}, dtype), dtype == at::kFloat ? 1e-5 : 2e-2);
+  }
+}
+
 // The norm on the residual stream: x's gradient is the norm's plus the
 // residual stream's, equal bit for bit to autograd's sum of the two (the
 // fused norm, then an add), and the second output is x itself.

@@ -64,5 +64,32 @@ TEST(ChunkedCrossEntropyGpuTest, FusedSoftmaxMatchesComposite) {
   }
 }
 
+// The fused form with the weight's gradient written into the caller's
+// buffer (the executor's flat gradient): the same bits as the gradient it
+// returns for autograd to add into zeros, with the seed of two micro-batches.
+TEST(ChunkedCrossEntropyGpuTest, FusedWritesTheWeightGradientIntoTheCallersBuffer) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  at::manual_seed(6);
+  const int64_t n = 600, hidden_size = 256, vocab = 32000;
+  const auto opts = at::TensorOptions().device(kCuda);
+  const at::Tensor hidden = at::randn({n, hidden_size}, opts).to(at::kBFloat16);
+  const at::Tensor weight = (at::randn({vocab, hidden_size}, opts) * 0.2).to(at::kBFloat16);
+  const at::Tensor targets = at::randint(vocab, {n}, opts.dtype(at::kLong));
+  at::Tensor h1 = hidden.clone().requires_grad_(true), w1 = weight.clone().requires_grad_(true);
+  at::Tensor loss1 = ChunkedCrossEntropy(h1, w1, targets, 256, true);
+  (loss1 * 0.5).backward();
+  at::Tensor flat = at::zeros({vocab * hidden_size + 256}, weight.options());
+  at::Tensor into = flat.narrow(0, 256, vocab * hidden_size).view({vocab, hidden_size});
+  at::Tensor h2 = hidden.clone().requires_grad_(true), w2 = weight.clone().requires_grad_(true);
+  w2.mutable_grad() = into;
+  at::Tensor loss2 = ChunkedCrossEntropy(h2, w2, targets, 256, true, into);
+  (loss2 * 0.5).backward();
+  EXPECT_TRUE(at::equal(loss1, loss2));
+  EXPECT_TRUE(at::equal(h1.grad(), h2.grad()));
+  EXPECT_TRUE(at::equal(w1.grad(), into));
+  EXPECT_EQ(w2.grad().data_ptr(), into.data_ptr());
+  EXPECT_EQ(flat.narrow(0, 0, 256).count_nonzero().item<int64_t>(), 0);
+}
+
 }  // namespace
 }  // namespace llmplan::executor

@@ -46,6 +46,41 @@ TEST(ChunkedCrossEntropyTest, EqualsPlainLossAndGradients) {
   }
 }
 
+// The executor hands the loss its weight's slice of the flat gradient
+// (weight_grad_into): the same loss, and that buffer holds, bit for bit, the
+// gradient the loss would have returned for autograd to add into zeros; the
+// weight's own .grad gets nothing more. bf16, as on a GPU; a chunk that does
+// not divide the tokens; and the backward's seed (1/grad_accum) applied in place.
+TEST(ChunkedCrossEntropyTest, WritesTheWeightGradientIntoTheCallersBuffer) {
+  at::manual_seed(1);
+  const int64_t n = 45, hidden_size = 16, vocab = 300;
+  const at::Tensor hidden = at::randn({n, hidden_size}).to(at::kBFloat16);
+  const at::Tensor weight = (at::randn({vocab, hidden_size}) * 0.3).to(at::kBFloat16);
+  const at::Tensor targets = at::randint(vocab, {n}, at::TensorOptions().dtype(at::kLong));
+  for (double seed : {1.0, 0.5, 1.0 / 3}) {
+    SCOPED_TRACE(seed);
+    at::Tensor h1 = hidden.clone().requires_grad_(true), w1 = weight.clone().requires_grad_(true);
+    at::Tensor loss1 = ChunkedCrossEntropy(h1, w1, targets, 16);
+    torch::autograd::backward({loss1}, {at::full({}, seed, loss1.options())});
+    // The flat gradient as the executor makes it: zeros, the weight's .grad a view of it.
+    at::Tensor flat = at::zeros({vocab * hidden_size + 8}, weight.options());
+    at::Tensor h2 = hidden.clone().requires_grad_(true), w2 = weight.clone().requires_grad_(true);
+    at::Tensor into = flat.narrow(0, 8, vocab * hidden_size).view({vocab, hidden_size});
+    w2.mutable_grad() = into;
+    at::Tensor loss2 = ChunkedCrossEntropy(h2, w2, targets, 16, /*fused=*/false, into);
+    torch::autograd::backward({loss2}, {at::full({}, seed, loss2.options())});
+    EXPECT_TRUE(at::equal(loss1, loss2));
+    EXPECT_TRUE(at::equal(h1.grad(), h2.grad()));
+    EXPECT_TRUE(at::equal(w1.grad(), into));
+    EXPECT_EQ(w2.grad().data_ptr(), into.data_ptr());  // autograd added nothing of its own
+    EXPECT_TRUE(at::equal(flat.narrow(0, 0, 8), at::zeros({8}, flat.options())));
+  }
+  // A buffer of another shape is refused, not written past.
+  at::Tensor w3 = weight.clone().requires_grad_(true);
+  EXPECT_THROW(ChunkedCrossEntropy(hidden, w3, targets, 16, false, at::zeros({vocab, hidden_size + 1}, weight.options())),
+               c10::Error);
+}
+
 TEST(ChunkedCrossEntropyTest, Bf16MatchesFp32WithinBf16Precision) {
   at::manual_seed(1);
   at::Tensor hidden = at::randn({64, 32});

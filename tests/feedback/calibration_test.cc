@@ -346,7 +346,7 @@ TEST(CalibrationTest, RefusesRunsOfDifferentHardware) {
 // Runs recorded on 1-2 H200 (tests/data/runs, tools/device/accuracy.sh): per
 // machine, fitted on two or three and held out on two or three. The one-H200
 // machine's runs (a*, fused kernels with the packed projections, re-recorded
-// 2026-12-02) are fitted on two models — Llama-3.2-1B (a01, and a12, which
+// 2026-12-03) are fitted on two models — Llama-3.2-1B (a01, and a12, which
 // offloads the optimizer: gradients staged per unit, the CPU AdamW beside the
 // next step's forward) and Qwen2.5-0.5B (a09) — and held out on a02, a03 and
 // a13 (Llama-3.2-3B, optimizer offload, every block checkpointed). Fitted on

@@ -1,10 +1,12 @@
 // The memory model against runs recorded on H200 (tools/device/accuracy.sh; the
 // last two steps of each kept in tests/data/runs/): the 1-GPU runs a01, a02,
-// a03, a09, a12 and a13 re-recorded on 2026-12-02 with the fused form's
-// packed projections (a12 and a13 offload the optimizer, gradients staged
-// per unit; a01 and a03, one micro-batch, again on 2026-12-03 with AdamW
-// reading the bf16 gradient, planner/gradient_path.h), the 2-GPU runs b* on
-// 2026-11-30 with LibTorch's composite block
+// a03, a09, a12 and a13 re-recorded on 2026-12-03 with the fused form's loss
+// adding its weight gradient into the flat gradient and the RMSNorm's weight
+// gradient summed by llmplan's kernel (a12 and a13 offload the optimizer,
+// gradients staged per unit; a13 keeps steps 4 and 5: in its step 6 the
+// host's CPU AdamW took 1.21 s against 0.97-0.99 s in steps 2-5, an outlier of
+// that host's rate, docs/accuracy/2026-12-03-h200-loss-into-flat-gradient),
+// the 2-GPU runs b* on 2026-11-30 with LibTorch's composite block
 // ops (their plans say fused_kernels: false): for every
 // op of the step program, the allocated bytes it adds and the highest point
 // while it is issued, predicted (planner/memory_model.h replayed in issue

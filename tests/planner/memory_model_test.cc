@@ -492,46 +492,59 @@ TEST(MemoryModelTest, OffloadParamsStagesMastersOnlyAfterBackward) {
 namespace llmplan {
 namespace {
 
-TEST(MemoryModelTest, TiedEmbeddingGradientLivesFromTheHeadsBackward) {
-  // llama3.2-1b ties lm_head to embed_tokens: the head's backward computes the
-  // gradient of the shared 128,256 x 2,048 matrix into the embedding's flat
-  // bf16 gradient, which then waits for the embedding's own backward (the
-  // last) to be cast for its reduce-scatter. Full shard over 8 GPUs:
+TEST(MemoryModelTest, TiedEmbeddingGradientLivesFromTheLoss) {
+  // llama3.2-1b ties lm_head to embed_tokens: the loss computes the gradient
+  // of the shared 128,256 x 2,048 matrix into the embedding's flat bf16
+  // gradient, which then waits for the embedding's own backward (the last) to
+  // be cast for its reduce-scatter. Composite form: made at the head's
+  // backward, which adds the loss's own buffer into it. Fused form: made at
+  // the head's forward, where the loss adds into it directly
+  // (chunked_cross_entropy.h). Full shard over 8 GPUs:
   //   embedding padded: 128,256 * 2,048 = 262,668,288 (a multiple of 8)
   //   head (final norm only) padded: 2,048
   auto h100 = testing::Profile("h100-sxm-80g");
-  Plan plan = MakePlan("llama3.2-1b", 8, ShardingStrategy::kFullShard);
-  StepProgram prog = BuildStepProgram(plan, h100);
   auto grad_allocs = [](const StepOp& op) {
     std::vector<double> b;
     for (const auto& d : op.alloc_at_start)
       if (d.category == MemoryCategory::kGradBuffers && d.bytes > 0) b.push_back(d.bytes);
     return b;
   };
-  int heads = 0, embeds = 0;
-  for (const auto& op : prog.ops) {
-    if (op.kind != OpKind::kBackward) continue;
-    if (op.unit == prog.HeadUnit()) {
-      // Its own bf16 gradient, the embedding's, then its fp32 reduce-scatter input.
-      EXPECT_EQ(grad_allocs(op), (std::vector<double>{2.0 * 2'048, 2.0 * 262'668'288, 4.0 * 2'048}));
-      ++heads;
+  for (const bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused" : "composite");
+    Plan plan = MakePlan("llama3.2-1b", 8, ShardingStrategy::kFullShard);
+    plan.fused_kernels = fused;
+    StepProgram prog = BuildStepProgram(plan, h100);
+    int heads = 0, embeds = 0;
+    for (const auto& op : prog.ops) {
+      if (op.unit == prog.HeadUnit() && op.kind == OpKind::kForward) {
+        // Fused: the embedding's bf16 gradient, before anything of the loss.
+        if (fused) EXPECT_EQ(grad_allocs(op), (std::vector<double>{2.0 * 262'668'288}));
+        else EXPECT_TRUE(grad_allocs(op).empty());
+      }
+      if (op.kind != OpKind::kBackward) continue;
+      if (op.unit == prog.HeadUnit()) {
+        // Its own bf16 gradient, the embedding's (composite), then its fp32 reduce-scatter input.
+        if (fused) EXPECT_EQ(grad_allocs(op), (std::vector<double>{2.0 * 2'048, 4.0 * 2'048}));
+        else EXPECT_EQ(grad_allocs(op), (std::vector<double>{2.0 * 2'048, 2.0 * 262'668'288, 4.0 * 2'048}));
+        ++heads;
+      }
+      if (op.unit == 0) {
+        // Only the fp32 reduce-scatter input: the bf16 gradient came with the head.
+        EXPECT_EQ(grad_allocs(op), (std::vector<double>{4.0 * 262'668'288}));
+        ++embeds;
+      }
     }
-    if (op.unit == 0) {
-      // Only the fp32 reduce-scatter input: the bf16 gradient came with the head.
-      EXPECT_EQ(grad_allocs(op), (std::vector<double>{4.0 * 262'668'288}));
-      ++embeds;
+    EXPECT_EQ(heads, 2);
+    EXPECT_EQ(embeds, 2);
+    // So the buffer is live through every block's backward: after block 0's
+    // backward (the last block to run), grad buffers in use >= 2 x 262,668,288.
+    std::array<double, kNumMemoryCategories> now{};
+    for (const auto& op : prog.ops) {
+      for (const auto& d : op.alloc_at_start) now[static_cast<int>(d.category)] += d.bytes;
+      for (const auto& d : op.free_at_end) now[static_cast<int>(d.category)] += d.bytes;
+      if (op.kind == OpKind::kBackward && op.unit == prog.BlockUnit(0))
+        EXPECT_GE(now[static_cast<int>(MemoryCategory::kGradBuffers)], 2.0 * 262'668'288) << op.name;
     }
-  }
-  EXPECT_EQ(heads, 2);
-  EXPECT_EQ(embeds, 2);
-  // So the buffer is live through every block's backward: after block 0's
-  // backward (the last block to run), grad buffers in use >= 2 x 262,668,288.
-  std::array<double, kNumMemoryCategories> now{};
-  for (const auto& op : prog.ops) {
-    for (const auto& d : op.alloc_at_start) now[static_cast<int>(d.category)] += d.bytes;
-    for (const auto& d : op.free_at_end) now[static_cast<int>(d.category)] += d.bytes;
-    if (op.kind == OpKind::kBackward && op.unit == prog.BlockUnit(0))
-      EXPECT_GE(now[static_cast<int>(MemoryCategory::kGradBuffers)], 2.0 * 262'668'288) << op.name;
   }
 }
 
