@@ -61,8 +61,9 @@ void ProgramBuilder::Backward(int mb) {
     // that first writes it (a tied embedding's from the head's) to its
     // reduction.
     auto materialize = [&](int unit) {
-      if (compute_grad_[unit] < 0)
-        compute_grad_[unit] = tensors_.Alloc(MemoryCategory::kGradBuffers, ParamBytes() * Padded(unit), events);
+      if (compute_grad_[unit] >= 0) return;
+      compute_grad_[unit] = tensors_.Alloc(MemoryCategory::kGradBuffers, ParamBytes() * Padded(unit), events);
+      AddZeroingWork(unit, op.work);
     };
     materialize(u);
     if (U(u).kind == UnitKind::kHead && plan_.model.tied_embeddings) materialize(0);

@@ -87,6 +87,8 @@ class ProgramBuilder {
   int Release(int u, int mb, int after, bool backward);
   void FillForwardWork(int u, OpWork& w) const;   // planner/work_model.h
   void FillBackwardWork(int u, OpWork& w) const;
+  // Prices the zeroing of unit u's compute-dtype gradient into the op that makes it.
+  void AddZeroingWork(int u, OpWork& w) const;
 
   // --- program_backward.cc ---
   void Backward(int mb);

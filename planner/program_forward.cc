@@ -131,6 +131,14 @@ void ProgramBuilder::FillForwardWork(int u, OpWork& w) const {
   }
 }
 
+void ProgramBuilder::AddZeroingWork(int u, OpWork& w) const {
+  // A unit's compute-dtype gradient is zeroed where it is made
+  // (FlatUnit::MaterializeComputeGrad: autograd and the GEMMs add into it):
+  // one fill kernel over the padded buffer, in the op that makes it.
+  w.elementwise_bytes += ParamBytes() * Padded(u);
+  w.launches += 1;
+}
+
 void ProgramBuilder::FillBackwardWork(int u, OpWork& w) const {
   switch (U(u).kind) {
     case UnitKind::kEmbedding: w = EmbeddingBackwardWork(shape_, static_cast<double>(plan_.model.EmbeddingParams())); break;
@@ -174,8 +182,10 @@ void ProgramBuilder::Forward(int mb) {
     // first, as here), and the head's backward finds it made.
     if (U(u).kind == UnitKind::kHead && shape_.fused_kernels) {
       const int holder = plan_.model.tied_embeddings ? 0 : u;
-      if (compute_grad_[holder] < 0)
+      if (compute_grad_[holder] < 0) {
         compute_grad_[holder] = tensors_.Alloc(MemoryCategory::kGradBuffers, ParamBytes() * Padded(holder), op.alloc_at_start);
+        AddZeroingWork(holder, op.work);
+      }
     }
     CallMemoryModel(call, {}, op.alloc_at_start, saved_[u]);
     last_forward_[u] = Add(std::move(op));
