@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "base/json_read.h"
@@ -102,10 +103,9 @@ std::vector<const MeasuredStep*> MeasuredRun::TimedSteps() const {
   // A kernel-traced step is left out too: the profiler's per-op host work
   // made it 1.7x as long on the 1B plan (445 ms against 255), which would
   // read as host overhead in a comparison and in the calibrated profile.
-  const size_t warm_up = steps.size() >= 4 ? 2 : (steps.size() > 1 ? 1 : 0);
   std::vector<const MeasuredStep*> out;
-  for (size_t i = warm_up; i < steps.size(); ++i)
-    if (!steps[i].kernel_traced) out.push_back(&steps[i]);
+  for (const MeasuredStep& s : steps)
+    if (!s.warm_up && !s.kernel_traced) out.push_back(&s);
   if (out.empty() && !steps.empty()) out.push_back(&steps.back());  // a run of nothing but its traced step
   return out;
 }
@@ -167,6 +167,14 @@ MeasuredRun LoadMeasuredRun(const std::string& dir) {
     run.steps.push_back(std::move(s));
   }
   if (run.steps.empty()) throw UserError(dir + " holds no finished step (op_times.jsonl and metrics.jsonl)");
+  // Warm-up (TimedSteps): as many steps as the measured ones leave room for,
+  // taken from the start of the run as metrics.jsonl lists it, not of
+  // op_times.jsonl, which a recording may keep only the last lines of (a
+  // resumed run appends to both: these are its first process's).
+  const size_t warm_up_count = run.steps.size() >= 4 ? 2 : (run.steps.size() > 1 ? 1 : 0);
+  std::set<int64_t> warm_up;
+  for (auto it = metrics.begin(); it != metrics.end() && warm_up.size() < warm_up_count; ++it) warm_up.insert(it->first);
+  for (MeasuredStep& s : run.steps) s.warm_up = warm_up.count(s.step) > 0;
   // Runs written before metrics.jsonl said which step was kernel-traced:
   // the trace's summary names it.
   const std::string kernel_profile_path = (fs::path(dir) / "kernel_profile.json").string();

@@ -43,6 +43,9 @@ struct MeasuredStep {
   double tokens_per_s_per_gpu = 0, mfu = 0, hfu = 0;
   double peak_allocated = 0, peak_reserved = 0;
   bool kernel_traced = false;  // the profiler ran around it (--kernel-trace): slower host, not steady state
+  // One of the run's first steps (by metrics.jsonl, which keeps every step):
+  // allocator growth, kernel selection, NCCL's connections (see TimedSteps).
+  bool warm_up = false;
   // The device's makespan: the latest end of any op.
   double OpsMakespan() const;
   // Where each op ran, by op id, as the simulator reports its own.
@@ -57,11 +60,13 @@ struct MeasuredRun {
   std::string device;               // from summary.json when present ("cuda:0", "cpu"), else ""
   std::string attention_backend;
 
-  // The steps that measure steady state: all but the first two when there
-  // are 4 or more, all but the first when 2 or 3 (the first pays for
-  // allocator growth and kernel selection, the second on several GPUs for
-  // NCCL's connections), and never the kernel-traced step unless it is the
-  // only one left. Never empty when `steps` is not.
+  // The steps that measure steady state: all but the run's first two steps
+  // when 4 or more were measured, all but its first when 2 or 3 (the first
+  // pays for allocator growth and kernel selection, the second on several
+  // GPUs for NCCL's connections), and never the kernel-traced step unless it
+  // is the only one left. "First" is by metrics.jsonl, which keeps every
+  // step, so a run directory whose op_times.jsonl keeps only its last steps
+  // (tests/data/runs: two) times all of them. Never empty when `steps` is not.
   std::vector<const MeasuredStep*> TimedSteps() const;
   // Mean over TimedSteps() of an op's measured seconds.
   double MeanSeconds(int op) const;

@@ -100,5 +100,22 @@ TEST(RecordedRunsTest, AllocatorReplayMatchesPeakReserved) {
   }
 }
 
+// The recordings keep two steps of op times out of six run (the last two;
+// a13's 4 and 5): both are steady steps, and both are timed. Warm-up is the
+// run's first steps as metrics.jsonl lists them; counted by position in
+// op_times.jsonl, as it was until 2026-12-03, the first kept step was taken
+// for warm-up and every recorded comparison timed a single step.
+TEST(RecordedRunsTest, EveryKeptStepIsTimed) {
+  for (const std::string& dir : RecordedRuns()) {
+    SCOPED_TRACE(dir);
+    const MeasuredRun run = LoadMeasuredRun(dir);
+    ASSERT_EQ(run.steps.size(), 2u);
+    const auto timed = run.TimedSteps();
+    ASSERT_EQ(timed.size(), 2u);
+    EXPECT_GE(timed[0]->step, 3);  // never one of a six-step run's two warm-up steps
+    EXPECT_EQ(timed[1]->step, timed[0]->step + 1);
+  }
+}
+
 }  // namespace
 }  // namespace llmplan
