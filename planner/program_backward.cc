@@ -58,15 +58,10 @@ void ProgramBuilder::Backward(int mb) {
     std::vector<MemoryDelta>& events = op.alloc_at_start;
     events.reserve(recorded.events.size() + 4);  // and the gradient buffers' events around it
     // The unsharded gradient in the compute dtype exists from the backward
-    // that first writes it (a tied embedding's from the head's) to its
-    // reduction.
-    auto materialize = [&](int unit) {
-      if (compute_grad_[unit] >= 0) return;
-      compute_grad_[unit] = tensors_.Alloc(MemoryCategory::kGradBuffers, ParamBytes() * Padded(unit), events);
-      AddZeroingWork(unit, op.work);
-    };
-    materialize(u);
-    if (U(u).kind == UnitKind::kHead && plan_.model.tied_embeddings) materialize(0);
+    // that first writes it (a tied embedding's from the head's; the fused
+    // loss's holder from the head's forward) to its reduction.
+    MakeComputeGrad(u, op);
+    if (U(u).kind == UnitKind::kHead && plan_.model.tied_embeddings) MakeComputeGrad(0, op);
     tensors_.Stamp(recorded, call_inputs_, events, call_result_);
     flowing_ = call_result_.empty() ? -1 : call_result_[0];  // the embedding's sends none
     saved.clear();

@@ -87,8 +87,9 @@ class ProgramBuilder {
   int Release(int u, int mb, int after, bool backward);
   void FillForwardWork(int u, OpWork& w) const;   // planner/work_model.h
   void FillBackwardWork(int u, OpWork& w) const;
-  // Prices the zeroing of unit u's compute-dtype gradient into the op that makes it.
-  void AddZeroingWork(int u, OpWork& w) const;
+  // Makes unit u's compute-dtype gradient in `op` unless it exists: its
+  // bytes at the op's start, and its zeroing priced into the op's work.
+  void MakeComputeGrad(int u, StepOp& op);
 
   // --- program_backward.cc ---
   void Backward(int mb);

@@ -131,12 +131,13 @@ void ProgramBuilder::FillForwardWork(int u, OpWork& w) const {
   }
 }
 
-void ProgramBuilder::AddZeroingWork(int u, OpWork& w) const {
-  // A unit's compute-dtype gradient is zeroed where it is made
-  // (FlatUnit::MaterializeComputeGrad: autograd and the GEMMs add into it):
-  // one fill kernel over the padded buffer, in the op that makes it.
-  w.elementwise_bytes += ParamBytes() * Padded(u);
-  w.launches += 1;
+void ProgramBuilder::MakeComputeGrad(int u, StepOp& op) {
+  if (compute_grad_[u] >= 0) return;
+  compute_grad_[u] = tensors_.Alloc(MemoryCategory::kGradBuffers, ParamBytes() * Padded(u), op.alloc_at_start);
+  // Zeroed where it is made (FlatUnit::MaterializeComputeGrad: autograd and
+  // the GEMMs add into it): one fill kernel over the padded buffer.
+  op.work.elementwise_bytes += ParamBytes() * Padded(u);
+  op.work.launches += 1;
 }
 
 void ProgramBuilder::FillBackwardWork(int u, OpWork& w) const {
@@ -180,13 +181,7 @@ void ProgramBuilder::Forward(int mb) {
     // gradient of the unit holding the output weight (the embedding's when
     // tied): it exists from this forward on (the executor's Forward makes it
     // first, as here), and the head's backward finds it made.
-    if (U(u).kind == UnitKind::kHead && shape_.fused_kernels) {
-      const int holder = plan_.model.tied_embeddings ? 0 : u;
-      if (compute_grad_[holder] < 0) {
-        compute_grad_[holder] = tensors_.Alloc(MemoryCategory::kGradBuffers, ParamBytes() * Padded(holder), op.alloc_at_start);
-        AddZeroingWork(holder, op.work);
-      }
-    }
+    if (U(u).kind == UnitKind::kHead && shape_.fused_kernels) MakeComputeGrad(plan_.model.tied_embeddings ? 0 : u, op);
     CallMemoryModel(call, {}, op.alloc_at_start, saved_[u]);
     last_forward_[u] = Add(std::move(op));
     if (U(u).kind == UnitKind::kHead) last_loss_ = last_forward_[u];

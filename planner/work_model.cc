@@ -144,7 +144,7 @@ OpWork HeadForwardWork(const ActivationShape& a) {
   // Fused (cross_entropy_kernel.h): the matmul's output, then the kernel
   // reads it twice and writes the gradient over it in the compute dtype; d W
   // is the holder's flat gradient, whose zeroing the program prices where it
-  // makes it (ProgramBuilder::AddZeroingWork).
+  // makes it (ProgramBuilder::MakeComputeGrad).
   const double per_vocab = z.fused ? 4 * z.c : z.c == 4 ? 52 : 3 * z.c + 56;
   w.elementwise_bytes = t * (RmsNormBytes(z) + per_vocab * v) + (z.fused ? 0 : z.c * v * h);
   const double chunks = std::ceil(t / std::max(1.0, a.loss_chunk));
