@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "planner/estimate.h"
+#include "base/format.h"
 
 namespace llmplan {
 

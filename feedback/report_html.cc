@@ -10,7 +10,7 @@
 #include "feedback/comparison_format.h"
 #include "feedback/svg_chart.h"
 #include "base/atomic_file.h"
-#include "planner/estimate.h"
+#include "base/format.h"
 #include "simulator/xml_escape.h"
 
 namespace llmplan {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "base/format.h"  // FormatBytes, FormatSeconds: most callers print estimates
 #include "planner/hardware_profile.h"
 #include "planner/plan.h"
 
@@ -61,8 +62,5 @@ struct Estimate {
 double HardwareFlopsPerToken(const Plan& plan);
 
 nlohmann::json EstimateToJson(const Estimate& e, const HardwareProfile& profile);
-
-std::string FormatBytes(double bytes);      // "12.3 GiB"
-std::string FormatSeconds(double seconds);  // "812 ms", "3.2 s", "4.1 days"
 
 }  // namespace llmplan

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <string>
+#include <utility>
 
-#include "planner/estimate.h"
+#include "base/format.h"
 #include "simulator/xml_escape.h"
 
 namespace llmplan {
@@ -27,8 +29,11 @@ const char* KindColor(OpKind k) {
     case OpKind::kClipGradients:
     case OpKind::kOptimizerStep: return "#edc948";
     case OpKind::kCpuOptimizerStep: return "#bab0ac";
-    case OpKind::kCopyToDevice: return "#76b7b2";
-    case OpKind::kCopyToHost: return "#ff9da7";
+    case OpKind::kCopyParamsToDevice:
+    case OpKind::kCopyParamsForGather:
+    case OpKind::kCopyMasterToDevice: return "#76b7b2";
+    case OpKind::kCopyGradsToHost:
+    case OpKind::kCopyMasterToHost: return "#ff9da7";
     case OpKind::kRelease: return "#000000";
   }
   return "#999";
@@ -107,14 +112,24 @@ std::string TimelineSvg(const StepProgram& program, const SimulationResult& sim,
   svg << buf;
   // Legend.
   double lx = left, ly = height - 14;
-  for (OpKind k : {OpKind::kForward, OpKind::kBackward, OpKind::kRecompute, OpKind::kAllGather, OpKind::kReduceScatter,
-                   OpKind::kAllReduce, OpKind::kOptimizerStep, OpKind::kCopyToDevice, OpKind::kCopyToHost,
-                   OpKind::kCpuOptimizerStep}) {
+  // The copies share a colour per direction, so the legend names directions.
+  const std::pair<OpKind, std::string> legend[] = {
+      {OpKind::kForward, OpKindName(OpKind::kForward)},
+      {OpKind::kBackward, OpKindName(OpKind::kBackward)},
+      {OpKind::kRecompute, OpKindName(OpKind::kRecompute)},
+      {OpKind::kAllGather, OpKindName(OpKind::kAllGather)},
+      {OpKind::kReduceScatter, OpKindName(OpKind::kReduceScatter)},
+      {OpKind::kAllReduce, OpKindName(OpKind::kAllReduce)},
+      {OpKind::kOptimizerStep, OpKindName(OpKind::kOptimizerStep)},
+      {OpKind::kCopyParamsToDevice, "copy_to_device"},
+      {OpKind::kCopyGradsToHost, "copy_to_host"},
+      {OpKind::kCpuOptimizerStep, OpKindName(OpKind::kCpuOptimizerStep)}};
+  for (const auto& [k, label] : legend) {
     std::snprintf(buf, sizeof buf,
                   "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
-                  lx, ly - 9, KindColor(k), lx + 13, ly, OpKindName(k).c_str());
+                  lx, ly - 9, KindColor(k), lx + 13, ly, label.c_str());
     svg << buf;
-    lx += 13 + 7.0 * static_cast<double>(OpKindName(k).size()) + 14;
+    lx += 13 + 7.0 * static_cast<double>(label.size()) + 14;
   }
   svg << "</svg>\n";
   return svg.str();

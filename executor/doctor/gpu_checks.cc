@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "planner/estimate.h"  // FormatBytes
+#include "base/format.h"  // FormatBytes
 
 namespace llmplan::executor {
 

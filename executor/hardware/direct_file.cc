@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "base/user_error.h"
-#include "planner/estimate.h"
+#include "base/format.h"
 
 namespace llmplan::executor {
 

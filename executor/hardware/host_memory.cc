@@ -7,7 +7,7 @@
 #include <cuda_runtime.h>
 #endif
 
-#include "planner/estimate.h"  // FormatBytes
+#include "base/format.h"  // FormatBytes
 #include "base/user_error.h"
 
 namespace llmplan::executor {

@@ -8,7 +8,7 @@
 
 #include "base/user_error.h"
 #include "executor/hardware/direct_file.h"
-#include "planner/estimate.h"
+#include "base/format.h"
 #include "planner/nvme_offload.h"
 
 namespace llmplan::executor {

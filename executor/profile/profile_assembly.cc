@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "executor/profile/gemm_fit.h"
-#include "planner/estimate.h"  // FormatBytes
+#include "base/format.h"  // FormatBytes
 
 namespace llmplan::executor {
 

@@ -27,7 +27,7 @@
 #include "executor/profile/progress.h"
 #include "executor/profile/torch_measurements.h"
 #include "base/atomic_file.h"
-#include "planner/estimate.h"  // FormatBytes
+#include "base/format.h"  // FormatBytes
 #include "planner/hardware_profile.h"
 #include "base/user_error.h"
 

@@ -7,7 +7,7 @@
 #include "executor/hardware/direct_file.h"
 #include "executor/hardware/host_info.h"
 #include "executor/step/out_of_memory.h"
-#include "planner/estimate.h"
+#include "base/format.h"
 #include "planner/hardware_profile.h"
 #include "planner/memory_model.h"
 #include "planner/memory_timeline.h"

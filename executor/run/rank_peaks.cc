@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/atomic_file.h"
-#include "planner/estimate.h"
+#include "base/format.h"
 
 namespace llmplan::executor {
 

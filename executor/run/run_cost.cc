@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/estimate.h"
+#include "base/format.h"
 
 namespace llmplan::executor {
 

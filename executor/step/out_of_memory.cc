@@ -7,7 +7,7 @@
 
 #include <ATen/ATen.h>
 
-#include "planner/estimate.h"
+#include "base/format.h"
 #include "planner/memory_timeline.h"
 
 namespace llmplan::executor {

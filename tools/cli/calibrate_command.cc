@@ -18,7 +18,7 @@
 #include "feedback/calibration.h"
 #include "feedback/comparison_format.h"
 #include "base/atomic_file.h"
-#include "planner/estimate.h"
+#include "base/format.h"
 #include "base/user_error.h"
 #include "tools/cli/commands.h"
 

@@ -1,0 +1,12 @@
+// Numbers as people read them in llmplan's output: bytes in binary units and
+// durations in the unit that keeps them short.
+#pragma once
+
+#include <string>
+
+namespace llmplan {
+
+std::string FormatBytes(double bytes);      // "12.3 GiB"
+std::string FormatSeconds(double seconds);  // "812.0 ms", "3.20 s", "4.1 days"
+
+}  // namespace llmplan
