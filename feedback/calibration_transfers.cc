@@ -253,13 +253,16 @@ void FitCopiesAndCpuOptimizer(const std::vector<CalibrationRun>& runs, HardwareP
       const double y = run.measured.MeanSeconds(op.id);
       if (!(y > 0)) continue;
       switch (op.kind) {
-        case OpKind::kCopyToDevice:
+        case OpKind::kCopyParamsToDevice:
+        case OpKind::kCopyParamsForGather:
+        case OpKind::kCopyMasterToDevice:
           to_device.work.push_back(op.work.copy_bytes);
           to_device.seconds.push_back(y);
           to_device.target.push_back(1 - shared * beside_d2h[op.id] / y);
           used[0] = 1;
           break;
-        case OpKind::kCopyToHost:
+        case OpKind::kCopyGradsToHost:
+        case OpKind::kCopyMasterToHost:
           to_host.work.push_back(op.work.copy_bytes);
           to_host.seconds.push_back(y);
           to_host.target.push_back(1 - shared * beside_h2d[op.id] / y);

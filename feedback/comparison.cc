@@ -63,8 +63,11 @@ int ClassOf(const StepOp& op, const StepProgram& program) {
     case OpKind::kClipGradients: return kNormAndClip;
     case OpKind::kOptimizerStep: return kGpuOptimizer;
     case OpKind::kCpuOptimizerStep: return kCpuOptimizer;
-    case OpKind::kCopyToDevice: return kCopyToDevice;
-    case OpKind::kCopyToHost: return kCopyToHost;
+    case OpKind::kCopyParamsToDevice:
+    case OpKind::kCopyParamsForGather:
+    case OpKind::kCopyMasterToDevice: return kCopyToDevice;
+    case OpKind::kCopyGradsToHost:
+    case OpKind::kCopyMasterToHost: return kCopyToHost;
     case OpKind::kRelease: return -1;
   }
   return -1;

@@ -50,8 +50,11 @@ double CostModel::Seconds(const StepOp& op) const {
     case OpKind::kAllReduceGradNorm:
     case OpKind::kAllReduceLoss:
       return profile_.CollectiveSeconds(w.collective, w.collective_bytes, w.group_size, w.spans_nodes);
-    case OpKind::kCopyToDevice: return w.copy_bytes / profile_.host_to_device_bytes_per_s;
-    case OpKind::kCopyToHost: return w.copy_bytes / profile_.device_to_host_bytes_per_s;
+    case OpKind::kCopyParamsToDevice:
+    case OpKind::kCopyParamsForGather:
+    case OpKind::kCopyMasterToDevice: return w.copy_bytes / profile_.host_to_device_bytes_per_s;
+    case OpKind::kCopyGradsToHost:
+    case OpKind::kCopyMasterToHost: return w.copy_bytes / profile_.device_to_host_bytes_per_s;
     case OpKind::kCpuOptimizerStep: {
       // One process alone, or the host's rate split among those running at once.
       const double adam = w.host_sharers <= 1 ? w.cpu_adam_params / profile_.cpu_adam_alone_params_per_s

@@ -38,10 +38,13 @@ std::string OpKindName(OpKind k) {
     case OpKind::kAllReduceGradNorm: return "all_reduce_grad_norm";
     case OpKind::kClipGradients: return "clip_gradients";
     case OpKind::kAllReduceLoss: return "all_reduce_loss";
-    case OpKind::kCopyToDevice: return "copy_to_device";
-    case OpKind::kCopyToHost: return "copy_to_host";
     case OpKind::kOptimizerStep: return "optimizer_step";
     case OpKind::kCpuOptimizerStep: return "cpu_optimizer_step";
+    case OpKind::kCopyGradsToHost: return "copy_grads_to_host";
+    case OpKind::kCopyParamsToDevice: return "copy_params_to_device";
+    case OpKind::kCopyParamsForGather: return "copy_params_for_gather";
+    case OpKind::kCopyMasterToDevice: return "copy_master_to_device";
+    case OpKind::kCopyMasterToHost: return "copy_master_to_host";
   }
   return "?";
 }
@@ -97,9 +100,16 @@ bool HostBlocks(const StepOp& op, bool cpu_device) {
   return false;
 }
 
+bool CopiesToDevice(OpKind k) {
+  return k == OpKind::kCopyParamsToDevice || k == OpKind::kCopyParamsForGather || k == OpKind::kCopyMasterToDevice;
+}
+
+bool CopiesToHost(OpKind k) { return k == OpKind::kCopyGradsToHost || k == OpKind::kCopyMasterToHost; }
+
 StepProgram ProgramBuilder::Build() {
   MakeUnits();
   MakePersistent();
+  DescribeRun();
   for (int mb = 0; mb < static_cast<int>(plan_.grad_accum); ++mb) {
     Forward(mb);
     Backward(mb);
@@ -110,11 +120,27 @@ StepProgram ProgramBuilder::Build() {
   return std::move(p_);
 }
 
+void ProgramBuilder::DescribeRun() {
+  p_.micro_batch = plan_.micro_batch;
+  p_.seq_len = plan_.seq_len;
+  p_.loss_chunk_tokens = plan_.loss_chunk_tokens;
+  p_.compute_dtype = plan_.param_dtype;
+  p_.reduce_dtype = plan_.reduce_dtype;
+  p_.gpus = plan_.gpus;
+  p_.shard_group_size = plan_.shard_group_size;
+  p_.replica_groups = plan_.ReplicaGroups();
+  OffloadLayout& o = p_.offload;
+  o.optimizer_on_host = OffloadsOptimizer(plan_.offload);
+  o.master_on_host = OffloadsParams(plan_.offload);
+  o.staged_per_unit = plan_.StagesEveryUnit();
+  if (o.optimizer_on_host) o.staging_buffers = o.staged_per_unit ? NumUnits() : std::min(kOffloadStagingSlots, NumUnits());
+}
+
 StepOp ProgramBuilder::HostCopy(OpKind kind, int u, std::string_view what, double bytes, int mb,
                                 bool backward) const {
   StepOp copy;
   copy.kind = kind;
-  copy.stream = kind == OpKind::kCopyToDevice ? StreamKind::kHostToDevice : StreamKind::kDeviceToHost;
+  copy.stream = CopiesToDevice(kind) ? StreamKind::kHostToDevice : StreamKind::kDeviceToHost;
   copy.unit = u;
   copy.micro_batch = mb;
   copy.name = OpName(what, u, mb, backward);

@@ -45,13 +45,16 @@ class ProgramBuilder {
   // --- program_builder.cc ---
   void MakeUnits();
   void MakePersistent();
+  // The program's description of what its ops work on (StepProgram's batch,
+  // dtypes, groups and offload layout).
+  void DescribeRun();
   int Add(StepOp op);  // assigns the id, tidies deps; returns the id
   // "<what> <unit>[ bwd][ mb <mb>]", e.g. "all-gather block 3 bwd mb 0"
   // (mb < 0: none), built in one allocation: a 70B program names ~3,000
   // ops. Empty without op_names_.
   std::string OpName(std::string_view what, int u, int mb = -1, bool backward = false) const;
   // A copy of `bytes` of unit u between pinned host memory and the device
-  // (kind kCopyToDevice or kCopyToHost) on its direction's copy stream, for
+  // (one of the copy kinds) on its direction's copy stream, for
   // micro-batch mb (-1: the step's), named as OpName; deps and memory
   // events are the caller's.
   StepOp HostCopy(OpKind kind, int u, std::string_view what, double bytes, int mb = -1, bool backward = false) const;

@@ -60,7 +60,7 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
   const bool params_offloaded = OffloadsParams(plan_.offload) && OffloadsOptimizer(plan_.offload);
   if (params_offloaded) {
     // The bf16 shard streams in from the host just before its gather.
-    StepOp copy = HostCopy(OpKind::kCopyToDevice, u, "h2d params", bytes / G(u), mb, backward);
+    StepOp copy = HostCopy(OpKind::kCopyParamsForGather, u, "h2d params", bytes / G(u), mb, backward);
     copy.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, bytes / G(u)});
     copy.deps.reserve(deps.size() + 1);
     copy.deps.assign(deps.begin(), deps.end());

@@ -21,7 +21,7 @@ namespace {
 // Ops issued ahead of their logical place: parameter gathers and the
 // host->device copies that feed them (parameter offload).
 bool Hoistable(const StepOp& op) {
-  return op.kind == OpKind::kAllGather || (op.kind == OpKind::kCopyToDevice && op.micro_batch >= 0);
+  return op.kind == OpKind::kAllGather || op.kind == OpKind::kCopyParamsForGather;
 }
 
 bool WaitsForCompute(StreamKind s) {

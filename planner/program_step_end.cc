@@ -68,7 +68,7 @@ void ProgramBuilder::OptimizerStep() {
   // the two directions ran one after the other, 1.16 s exposed of a 7.05 s
   // Llama-3-8B step on one H200 (predicted 0.64 s, 2026-12-02).
   auto master_up = [&](int u) {
-    StepOp in = HostCopy(OpKind::kCopyToDevice, u, "h2d master", 4 * Shard(u));
+    StepOp in = HostCopy(OpKind::kCopyMasterToDevice, u, "h2d master", 4 * Shard(u));
     // Not before backward is over: a master copied in earlier would sit
     // in its staging buffer through the activation peak.
     in.deps = {clip_};
@@ -107,7 +107,7 @@ void ProgramBuilder::OptimizerStep() {
     const int step = Add(std::move(op));
     if (master_on_host) {
       master_in = u + 1 < NumUnits() ? master_up(u + 1) : -1;
-      StepOp out = HostCopy(OpKind::kCopyToHost, u, "d2h master", 4 * shard);
+      StepOp out = HostCopy(OpKind::kCopyMasterToHost, u, "d2h master", 4 * shard);
       out.deps = {step};
       out.free_at_end.push_back({MemoryCategory::kOffloadStaging, -4 * shard});
       master_down = Add(std::move(out));
@@ -126,7 +126,7 @@ void ProgramBuilder::CopyGradientsToHost(int u, int after) {
   // copy (delayed update: the reduction waits for this copy itself). It is
   // copied under the host update of the unit before, into the slot that
   // update `after` has finished reading.
-  StepOp copy = HostCopy(OpKind::kCopyToHost, u, "d2h grads", 4 * Shard(u));
+  StepOp copy = HostCopy(OpKind::kCopyGradsToHost, u, "d2h grads", 4 * Shard(u));
   copy.deps = {after};
   grad_down_[u] = Add(std::move(copy));
 }
@@ -168,7 +168,7 @@ void ProgramBuilder::UpdateOnHost(int u) {
   // With the parameters streamed (optimizer+params) the update writes the
   // host copy that the gathers bring up themselves.
   if (!copies_up) return;
-  StepOp back = HostCopy(OpKind::kCopyToDevice, u, "h2d params", ParamBytes() * Shard(u));
+  StepOp back = HostCopy(OpKind::kCopyParamsToDevice, u, "h2d params", ParamBytes() * Shard(u));
   back.deps = {update_ready_[u]};
   update_ready_[u] = Add(std::move(back));
 }
@@ -191,7 +191,7 @@ void ProgramBuilder::DelayedUpdateOnHost(int u, int bwd) {
   const int update = Add(std::move(cpu));
   // The gradient slot it read is free for the unit `slots` further down.
   if (u - slots >= 0) CopyGradientsToHost(u - slots, update);
-  StepOp up = HostCopy(OpKind::kCopyToDevice, u, "h2d params", ParamBytes() * Shard(u));
+  StepOp up = HostCopy(OpKind::kCopyParamsToDevice, u, "h2d params", ParamBytes() * Shard(u));
   up.deps = {update, bwd};  // not before this step's backward has read the old parameters
   update_ready_[u] = Add(std::move(up));
 }

@@ -65,14 +65,25 @@ enum class OpKind {
   kClipGradients,  // the host reads the norm and keeps the factor (< 1 when it exceeds the
                    // limit) that AdamW applies as it reads each gradient, on the GPU or the CPU
   kAllReduceLoss,  // the step's summed loss over every rank (the reported mean)
-  kCopyToDevice,   // offload: params / gradients host -> device
-  kCopyToHost,     // offload: gradients device -> host
   kOptimizerStep,  // AdamW on this rank's fp32 shard of a unit (GPU)
   kCpuOptimizerStep,  // AdamW on the host (offload): the previous step's gradients,
                       // unit by unit beside this step's first forward
+  // Copies between pinned host memory and the device (offload), one kind per
+  // thing copied, so the executor need not guess what a copy moves:
+  kCopyGradsToHost,      // offload optimizer: the unit's final fp32 gradient shard into its host staging
+  kCopyParamsToDevice,   // offload optimizer: the compute-dtype shard the CPU AdamW wrote, into the
+                         // device's compute shard (nothing is copied when no update was applied)
+  kCopyParamsForGather,  // parameters kept on the host: the compute-dtype shard into a device buffer
+                         // just ahead of the all-gather that sends it (and frees it)
+  kCopyMasterToDevice,   // offload params: the fp32 master shard up for the GPU AdamW
+  kCopyMasterToHost,     // offload params: the updated fp32 master shard back down (frees the device copy)
 };
-constexpr int kNumOpKinds = 17;
+constexpr int kNumOpKinds = 20;
 std::string OpKindName(OpKind k);
+// The direction of a copy kind: host -> device (its stream kHostToDevice) or
+// device -> host (kDeviceToHost). Neither for every other kind.
+bool CopiesToDevice(OpKind k);
+bool CopiesToHost(OpKind k);
 
 // The process group a collective runs in (see executor/comm/process_groups.h).
 enum class CommGroup {
@@ -218,12 +229,40 @@ struct HostMemory {
   double nvme_state = 0;
 };
 
+// Where an offloaded optimizer's state and its staging live: what the
+// executor allocates on the host before the first step.
+struct OffloadLayout {
+  bool optimizer_on_host = false;  // AdamW runs on the host (kCpuOptimizerStep), its state pinned there
+  bool master_on_host = false;     // the fp32 master shards live in pinned host memory
+  // Both: the compute-dtype shards live on the host too, copied up ahead of
+  // each gather (kCopyParamsForGather).
+  bool ComputeShardOnHost() const { return optimizer_on_host && master_on_host; }
+  // optimizer_on_host: the pinned buffers the gradients come down through and
+  // the updated shards go up through. staged_per_unit: one per unit, each its
+  // unit's shard; otherwise min(kOffloadStagingSlots, units) slots the size
+  // of the largest shard, unit u taking slot u % staging_buffers.
+  bool staged_per_unit = false;
+  int staging_buffers = 0;
+};
+
 struct StepProgram {
   std::vector<Unit> units;  // in forward order: embedding, blocks 0..L-1, head
   std::vector<StepOp> ops;  // a valid issue order: deps always point backwards
   PersistentMemory persistent;
   HostMemory host;
   int micro_batches = 0;
+
+  // What the ops work on. The executor runs the program from these and the
+  // ops alone; it never reads the Plan the program was built from.
+  int64_t micro_batch = 0;        // sequences per micro-batch on each rank
+  int64_t seq_len = 0;            // tokens per sequence
+  int64_t loss_chunk_tokens = 0;  // rows of logits the loss materialises at once
+  DType compute_dtype = DType::kBF16;  // parameters as gathered, activations, unsharded gradients
+  DType reduce_dtype = DType::kFP32;   // what the reduce-scatters send
+  int gpus = 1;              // ranks running the program
+  int shard_group_size = 1;  // ranks sharing one copy of the blocks' state (a unit's own: Unit::group_size)
+  int replica_groups = 1;    // ranks holding the same shard (gpus / shard_group_size)
+  OffloadLayout offload;
 
   int BlockUnit(int layer) const { return layer + 1; }
   int HeadUnit() const { return static_cast<int>(units.size()) - 1; }

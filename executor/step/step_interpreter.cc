@@ -377,13 +377,16 @@ void StepInterpreter::Perform(const StepOp& op) {
     case OpKind::kClipGradients: on_compute([&] { ClipGradients(op); }); break;
     case OpKind::kAllReduceLoss: AllReduceLoss(op); break;
     case OpKind::kOptimizerStep: on_compute([&] { OptimizerStep(op); }); break;
-    case OpKind::kCopyToHost: CopyGradsToHost(op); break;
+    case OpKind::kCopyGradsToHost:
+    case OpKind::kCopyMasterToHost: CopyGradsToHost(op); break;
     case OpKind::kCpuOptimizerStep:
       recorder_.Start(op.id, Where::kHost);
       CpuOptimizerStep(op);
       recorder_.Stop(op.id, Where::kHost);
       break;
-    case OpKind::kCopyToDevice: CopyParamsToDevice(op); break;
+    case OpKind::kCopyParamsToDevice:
+    case OpKind::kCopyParamsForGather:
+    case OpKind::kCopyMasterToDevice: CopyParamsToDevice(op); break;
   }
 }
 

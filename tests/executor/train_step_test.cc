@@ -360,11 +360,11 @@ TEST(TrainStepTest, OffloadedParametersEqualDeviceParameters) {
     EXPECT_TRUE(b.units[1].master_on_host());
     EXPECT_FALSE(b.units[1].compute_shard_on_host());
     int h2d_master = 0, h2d_params = 0;
-    for (const auto& op : b.step.program().ops) h2d_master += op.kind == OpKind::kCopyToDevice;
+    for (const auto& op : b.step.program().ops) h2d_master += op.kind == OpKind::kCopyMasterToDevice;
     EXPECT_EQ(h2d_master, static_cast<int>(b.units.size()));
     if (d) {
       EXPECT_TRUE(d->units[1].compute_shard_on_host());
-      for (const auto& op : d->step.program().ops) h2d_params += op.kind == OpKind::kCopyToDevice && op.micro_batch >= 0;
+      for (const auto& op : d->step.program().ops) h2d_params += op.kind == OpKind::kCopyParamsForGather;
       EXPECT_GT(h2d_params, 0);
     }
     for (int step = 0; step < 3; ++step) {

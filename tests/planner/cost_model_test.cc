@@ -91,11 +91,11 @@ TEST(CostModelTest, ComputeSecondsAddsTermsWithALaunchFloor) {
   EXPECT_LT(cost.ComputeTermSeconds(tiny).DeviceSeconds(), cost.ComputeTermSeconds(tiny).launch_floor);
   // Copies and the CPU optimizer: bytes or parameters over the profile's rates.
   StepOp up;
-  up.kind = OpKind::kCopyToDevice;
+  up.kind = OpKind::kCopyParamsToDevice;
   up.work.copy_bytes = p.host_to_device_bytes_per_s;
   EXPECT_DOUBLE_EQ(cost.Seconds(up), 1.0);
   StepOp down;
-  down.kind = OpKind::kCopyToHost;
+  down.kind = OpKind::kCopyGradsToHost;
   down.work.copy_bytes = p.device_to_host_bytes_per_s;
   EXPECT_DOUBLE_EQ(cost.Seconds(down), 1.0);
   // CPU AdamW: one process alone at its own rate; two sharing the host

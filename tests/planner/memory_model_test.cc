@@ -239,8 +239,8 @@ TEST(MemoryModelTest, OffloadVariants) {
     EXPECT_DOUBLE_EQ(p.persistent.grad_shards, 4 * shard);
     int streamed = 0, copies_down = 0;
     for (const StepOp& op : p.ops) {
-      streamed += op.kind == OpKind::kCopyToDevice && op.micro_batch >= 0;
-      copies_down += op.kind == OpKind::kCopyToHost;
+      streamed += op.kind == OpKind::kCopyParamsForGather;
+      copies_down += op.kind == OpKind::kCopyGradsToHost;
     }
     EXPECT_GT(streamed, 0);
     EXPECT_EQ(copies_down, static_cast<int>(p.units.size()));  // each gradient shard once, at the next step's start
@@ -476,7 +476,7 @@ TEST(MemoryModelTest, OffloadParamsStagesMastersOnlyAfterBackward) {
     if (op.kind == OpKind::kBackward) last_backward_end = std::max(last_backward_end, b.simulation.ops[op.id].end);
   int copies = 0;
   for (const auto& op : b.program.ops)
-    if (op.kind == OpKind::kCopyToDevice && op.name.rfind("h2d master", 0) == 0) {
+    if (op.kind == OpKind::kCopyMasterToDevice) {
       EXPECT_GE(b.simulation.ops[op.id].start, last_backward_end) << op.name;
       ++copies;
     }

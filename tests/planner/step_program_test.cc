@@ -247,16 +247,16 @@ TEST(StepProgramTest, OffloadOptimizerCopiesDownStepsOnCpuAndCopiesUp) {
     StepProgram p = Build(TinyPlan(4, strategy, 0, Offload::kOptimizer));
     EXPECT_EQ(Count(p, OpKind::kOptimizerStep), 0);
     for (int u = 0; u < kUnits; ++u) {
-      EXPECT_EQ(Count(p, OpKind::kCopyToHost, u), 1) << "d2h grads, unit " << u;
+      EXPECT_EQ(Count(p, OpKind::kCopyGradsToHost, u), 1) << "d2h grads, unit " << u;
       EXPECT_EQ(Count(p, OpKind::kCpuOptimizerStep, u), 1);
-      EXPECT_EQ(Count(p, OpKind::kCopyToDevice, u), 1) << "h2d params, unit " << u;
+      EXPECT_EQ(Count(p, OpKind::kCopyParamsToDevice, u), 1) << "h2d params, unit " << u;
     }
     int clip = -1;
     std::map<int, int> cpu, h2d, first_forward, d2h;
     for (const auto& op : p.ops) {
       if (op.kind == OpKind::kClipGradients) clip = op.id;
       if (op.kind == OpKind::kForward && op.micro_batch == 0) first_forward[op.unit] = op.id;
-      if (op.kind == OpKind::kCopyToHost) {
+      if (op.kind == OpKind::kCopyGradsToHost) {
         // The previous step's fp32 gradient shard, unclipped (clipping only
         // reads the norm: no device bytes to scale), into staging slot
         // u % kOffloadStagingSlots once the update before it has read it.
@@ -281,7 +281,7 @@ TEST(StepProgramTest, OffloadOptimizerCopiesDownStepsOnCpuAndCopiesUp) {
         EXPECT_EQ(op.deps, expected) << op.name;
         cpu[op.unit] = op.id;
       }
-      if (op.kind == OpKind::kCopyToDevice) {
+      if (op.kind == OpKind::kCopyParamsToDevice) {
         EXPECT_EQ(op.stream, StreamKind::kHostToDevice);
         EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), cpu.at(op.unit)), op.deps.end());
         EXPECT_DOUBLE_EQ(op.work.copy_bytes,
@@ -333,7 +333,7 @@ TEST(StepProgramTest, OffloadOptimizerStagedPerUnitCopiesDownInTheBackward) {
           case OpKind::kAllReduce:
             if (op.micro_batch == kAccum - 1) last_reduction[op.unit] = op.id;  // the last in program order
             break;
-          case OpKind::kCopyToHost:
+          case OpKind::kCopyGradsToHost:
             EXPECT_EQ(op.stream, StreamKind::kDeviceToHost);
             EXPECT_EQ(d2h.count(op.unit), 0u) << op.name << " twice";
             d2h[op.unit] = op.id;
@@ -350,8 +350,7 @@ TEST(StepProgramTest, OffloadOptimizerStagedPerUnitCopiesDownInTheBackward) {
             EXPECT_TRUE(op.deps.empty()) << op.name << ": the previous step's gradient is on the host already";
             cpu[op.unit] = op.id;
             break;
-          case OpKind::kCopyToDevice:
-            if (op.micro_batch >= 0) break;  // streamed parameters before a gather
+          case OpKind::kCopyParamsToDevice:
             EXPECT_NE(std::find(op.deps.begin(), op.deps.end(), cpu.at(op.unit)), op.deps.end()) << op.name;
             h2d[op.unit] = op.id;
             break;
@@ -401,8 +400,8 @@ TEST(StepProgramTest, DelayedUpdateRunsBesideTheBackwardAndWaitsForNothingBefore
     for (const auto& op : p.ops) {
       switch (op.kind) {
         case OpKind::kCpuOptimizerStep: cpu[op.unit] = op.id; cpu_order.push_back(op.unit); break;
-        case OpKind::kCopyToDevice: h2d[op.unit] = op.id; break;
-        case OpKind::kCopyToHost: d2h[op.unit] = op.id; break;
+        case OpKind::kCopyParamsToDevice: h2d[op.unit] = op.id; break;
+        case OpKind::kCopyGradsToHost: d2h[op.unit] = op.id; break;
         case OpKind::kBackward: backward[op.unit] = op.id; break;
         case OpKind::kForward: forward[op.unit] = op.id; break;
         case OpKind::kLocalReduce:

@@ -67,8 +67,11 @@ class HandProgram {
         op.work.collective_bytes = units;
         op.work.group_size = 2;
         break;
-      case OpKind::kCopyToDevice:
-      case OpKind::kCopyToHost: op.work.copy_bytes = units; break;
+      case OpKind::kCopyParamsToDevice:
+      case OpKind::kCopyParamsForGather:
+      case OpKind::kCopyMasterToDevice:
+      case OpKind::kCopyGradsToHost:
+      case OpKind::kCopyMasterToHost: op.work.copy_bytes = units; break;
       case OpKind::kCpuOptimizerStep: op.work.cpu_adam_params = units; break;
       default: break;  // ops without work of their own in these tests
     }
@@ -96,7 +99,7 @@ TEST(SimulatorTest, CostModelGivesTheRoundDurations) {
   CostModel cost(p);
   HandProgram b;
   for (OpKind k : {OpKind::kForward, OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kAllReduce,
-                   OpKind::kCopyToDevice, OpKind::kCopyToHost, OpKind::kCpuOptimizerStep}) {
+                   OpKind::kCopyParamsToDevice, OpKind::kCopyGradsToHost, OpKind::kCpuOptimizerStep}) {
     int id = b.Add(k, StreamKind::kCompute, 2.5);
     EXPECT_NEAR(cost.Seconds(b.program().ops[id]), 2.5, kEps) << OpKindName(k);
   }
@@ -118,7 +121,7 @@ TEST(SimulatorTest, IndependentOpsOnDifferentStreamsOverlap) {
   // The CPU op comes last: host work holds back only what is issued after it.
   HandProgram b;
   b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
-  b.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.5);
+  b.Add(OpKind::kCopyParamsToDevice, StreamKind::kHostToDevice, 1.5);
   b.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 2.0);
   SimulationResult r = SimulateOn(b, RoundNumberProfile());
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(r.ops[i].start, 0, kEps);
@@ -130,8 +133,8 @@ TEST(SimulatorTest, DependenciesOrderOpsAcrossStreams) {
   HandProgram b;
   int a = b.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 1.0);
   int c = b.Add(OpKind::kForward, StreamKind::kCompute, 2.0, {a});
-  int d = b.Add(OpKind::kCopyToHost, StreamKind::kDeviceToHost, 0.5, {c});
-  int e = b.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 0.25, {a});
+  int d = b.Add(OpKind::kCopyGradsToHost, StreamKind::kDeviceToHost, 0.5, {c});
+  int e = b.Add(OpKind::kCopyParamsToDevice, StreamKind::kHostToDevice, 0.25, {a});
   SimulationResult r = SimulateOn(b, RoundNumberProfile());
   EXPECT_NEAR(r.ops[c].start, 1.0, kEps);
   EXPECT_NEAR(r.ops[d].start, 3.0, kEps);
@@ -148,7 +151,7 @@ TEST(SimulatorTest, HostWorkHoldsBackEverythingIssuedAfterIt) {
   HandProgram b;
   int f = b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
   int cpu = b.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 2.0);
-  int up = b.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 0.5);
+  int up = b.Add(OpKind::kCopyParamsToDevice, StreamKind::kHostToDevice, 0.5);
   SimulationResult r = SimulateOn(b, RoundNumberProfile());
   EXPECT_NEAR(r.ops[f].start, 0.0, kEps);
   EXPECT_NEAR(r.ops[cpu].start, 0.0, kEps);
@@ -195,7 +198,7 @@ TEST(SimulatorTest, OnACpuDeviceComputeIsHostWorkButCollectivesOverlap) {
   HandProgram b;
   int g = b.Add(OpKind::kAllGather, StreamKind::kGather, 1.5);
   b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
-  int up = b.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.0);
+  int up = b.Add(OpKind::kCopyParamsToDevice, StreamKind::kHostToDevice, 1.0);
   int f2 = b.Add(OpKind::kForward, StreamKind::kCompute, 1.0);
   SimulationResult r = SimulateOn(b, p);
   EXPECT_NEAR(r.ops[g].end, 1.5, kEps);
@@ -264,7 +267,7 @@ TEST(SimulatorTest, ComputeSlowsExactlyWhileACollectiveRuns) {
   // Host copies are not collectives: no slowdown.
   HandProgram b3;
   int c3 = b3.Add(OpKind::kForward, StreamKind::kCompute, 3.0);
-  b3.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.0);
+  b3.Add(OpKind::kCopyParamsToDevice, StreamKind::kHostToDevice, 1.0);
   SimulationResult r3 = SimulateOn(b3, RoundNumberProfile(0.5));
   EXPECT_NEAR(r3.ops[c3].end, 3.0, kEps);
 }
@@ -303,7 +306,7 @@ TEST(SimulatorTest, CollectiveSlowsExactlyWhileComputeRuns) {
   // Host copies are not collectives: a copy beside compute is not slowed.
   HandProgram copy;
   copy.Add(OpKind::kForward, StreamKind::kCompute, 3.0);
-  const int up = copy.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.0);
+  const int up = copy.Add(OpKind::kCopyParamsToDevice, StreamKind::kHostToDevice, 1.0);
   EXPECT_NEAR(SimulateOn(copy, p).ops[up].end, 1.0, kEps);
 
   // Both slowdowns at once: 0.5 for compute, 1.0 for the collective. A 1 s
@@ -325,8 +328,8 @@ TEST(SimulatorTest, SharedHostLinkHalvesBothDirectionsWhileBothRun) {
   // h2d finishes at t = 2 (1 s of work at 0.5); d2h has done 1 s of its 2 s
   // and finishes the last 1 s at full speed: t = 3.
   HandProgram b;
-  int up = b.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.0);
-  int down = b.Add(OpKind::kCopyToHost, StreamKind::kDeviceToHost, 2.0);
+  int up = b.Add(OpKind::kCopyParamsToDevice, StreamKind::kHostToDevice, 1.0);
+  int down = b.Add(OpKind::kCopyGradsToHost, StreamKind::kDeviceToHost, 2.0);
   SimulationResult shared = SimulateOn(b, RoundNumberProfile(0, /*share_link=*/true));
   EXPECT_NEAR(shared.ops[up].end, 2.0, kEps);
   EXPECT_NEAR(shared.ops[down].end, 3.0, kEps);
@@ -338,7 +341,7 @@ TEST(SimulatorTest, SharedHostLinkHalvesBothDirectionsWhileBothRun) {
   EXPECT_NEAR(duplex.ops[down].end, 2.0, kEps);
   // One direction alone runs at full speed even on a shared link.
   HandProgram one;
-  one.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 1.0);
+  one.Add(OpKind::kCopyParamsToDevice, StreamKind::kHostToDevice, 1.0);
   EXPECT_NEAR(SimulateOn(one, RoundNumberProfile(0, true)).step_seconds, 1.0, kEps);
 }
 
@@ -351,7 +354,7 @@ TEST(SimulatorTest, CpuAdamWSlowsExactlyWhileACopyRuns) {
   HardwareProfile profile = RoundNumberProfile();
   profile.cpu_adam_slowdown_during_copies = 1.0;
   HandProgram down;
-  const int d2h = down.Add(OpKind::kCopyToHost, StreamKind::kDeviceToHost, 1.0);
+  const int d2h = down.Add(OpKind::kCopyGradsToHost, StreamKind::kDeviceToHost, 1.0);
   const int cpu = down.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 3.0);
   SimulationResult r = SimulateOn(down, profile);
   EXPECT_NEAR(r.ops[d2h].end, 1.0, kEps);
@@ -361,8 +364,8 @@ TEST(SimulatorTest, CpuAdamWSlowsExactlyWhileACopyRuns) {
   // Either direction slows it, and both at once no more than one: h2d
   // [0, 2] and d2h [0, 1] beside it leave 2 s of work after t = 2: t = 4.
   HandProgram both;
-  both.Add(OpKind::kCopyToDevice, StreamKind::kHostToDevice, 2.0);
-  both.Add(OpKind::kCopyToHost, StreamKind::kDeviceToHost, 1.0);
+  both.Add(OpKind::kCopyParamsToDevice, StreamKind::kHostToDevice, 2.0);
+  both.Add(OpKind::kCopyGradsToHost, StreamKind::kDeviceToHost, 1.0);
   const int update = both.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 3.0);
   EXPECT_NEAR(SimulateOn(both, profile).ops[update].end, 4.0, kEps);
   // Compute beside it does not slow it.
