@@ -23,19 +23,9 @@
 
 #include "planner/cost_model.h"
 #include "planner/step_program.h"
+#include "planner/step_trace.h"  // OpTiming, MemorySample (the simulator's memory: transient bytes above the persistent)
 
 namespace llmplan {
-
-struct OpTiming {
-  double start = 0;
-  double end = 0;
-  double issued = 0;  // when the host issued it (rule 1 and 4 of step_program.h)
-};
-
-struct MemorySample {
-  double time = 0;
-  double bytes = 0;  // transient device bytes in use (above the persistent ones)
-};
 
 struct SimulationOptions {
   bool record_timeline = false;  // keep every memory change (for traces); off in the search

@@ -14,7 +14,7 @@
 
 #include "base/atomic_file.h"
 #include "base/user_error.h"
-#include "simulator/trace.h"
+#include "planner/step_trace.h"
 
 namespace llmplan::executor {
 
