@@ -1,0 +1,390 @@
+#!/usr/bin/env python3
+"""The measurements' index: docs/results/*.jsonl -> docs/results/README.md, and
+the tables README.md shows between its `<!-- results: ... -->` markers.
+
+    tools/results_index.py           rewrite docs/results/README.md and README.md's tables
+    tools/results_index.py --check   exit 1, with one line, when either is stale (CTest)
+
+Each results file holds one experiment kind, one JSON object a line: date,
+commit, machine, the configuration, what was predicted and what was measured,
+and where the raw run lies (`source`). A new measurement is appended as new
+lines (tools/device/*.sh print them); nothing is edited in place. Tables list
+the newest first: by date, then later lines before earlier ones.
+
+A README.md table is chosen by its marker:
+    <!-- results: accuracy set=NAME -->   the rows of one accuracy set
+    <!-- results: fsdp2 -->               the newest race against FSDP2
+and ends at `<!-- /results -->`.
+"""
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "docs", "results")
+INDEX = os.path.join(RESULTS, "README.md")
+README = os.path.join(ROOT, "README.md")
+
+
+def load(kind):
+    path = os.path.join(RESULTS, kind + ".jsonl")
+    if not os.path.exists(path):
+        return []
+    lines = []
+    with open(path) as f:
+        for n, text in enumerate(f, 1):
+            if text.strip():
+                try:
+                    lines.append(json.loads(text))
+                except json.JSONDecodeError as e:
+                    sys.exit(f"results_index: {path}:{n}: not JSON: {e}")
+    return lines
+
+
+def newest_first(lines):
+    """By date, newest first; among one date, later lines first."""
+    order = sorted(range(len(lines)), key=lambda i: (lines[i].get("date", ""), i), reverse=True)
+    return [lines[i] for i in order]
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def err(p, m):
+    return "" if p is None or m in (None, 0) else f"{100 * (p - m) / m:+.1f}%"
+
+
+def err2(p, m):
+    return "" if p is None or m in (None, 0) else f"{100 * (p - m) / m:+.2f}%"
+
+
+def tok(x):
+    return "" if x is None else f"{x:,.0f}"
+
+
+def ratio(a, b):
+    return "" if not a or not b else f"{a / b:.3f}×"
+
+
+def mb_ga(c):
+    return f"{c.get('micro_batch')} × {c.get('grad_accum')}"
+
+
+SHORT = {"micro_batch": "mb", "grad_accum": "accum", "checkpointed": "ckpt", "global_batch": "batch",
+         "loss_chunk": "loss chunk", "offload_staging": "staging", "offload_to": "to", "host_memory_gib": "host GiB",
+         "ckpt_every": "ckpt every", "checkpoint_gb": "GB saved"}
+
+
+def short_config(c):
+    """model, GPUs, then every other field as `name value`; strategy and offload values stand alone."""
+    parts = [str(c.get("model")), f"{c.get('gpus')} GPU{'s' if c.get('gpus', 1) != 1 else ''}"]
+    for k, v in c.items():
+        if k in ("model", "gpus") or v is None:
+            continue
+        if k == "strategy":
+            parts.append(str(v))
+        elif k == "offload":
+            parts.append(f"offload {v}")
+        else:
+            parts.append(f"{SHORT.get(k, k)} {v}")
+    return ", ".join(parts)
+
+
+# --- accuracy ------------------------------------------------------------------------------------
+
+def accuracy_summary(lines):
+    """MAPE and max of step time (outliers left out), max error of peak allocated and reserved."""
+    def e(l, key):
+        p, m = l["predicted"][key], l["measured"][key]
+        return abs(p - m) / m
+    kept = [l for l in lines if not l.get("outlier")]
+    step = [e(l, "step_s") for l in kept]
+    alloc = [e(l, "peak_allocated_gib") for l in lines]
+    resv = [e(l, "peak_reserved_gib") for l in lines]
+    return dict(n=len(kept), outliers=[l["row"] for l in lines if l.get("outlier")],
+                step_mape=100 * sum(step) / len(step), step_max=100 * max(step),
+                alloc_max=100 * max(alloc), resv_mape=100 * sum(resv) / len(resv), resv_max=100 * max(resv))
+
+
+def accuracy_sets(lines):
+    sets = {}
+    for l in lines:
+        sets.setdefault(l["set"], []).append(l)
+    return sets
+
+
+def accuracy_rows(lines):
+    rows = []
+    for l in lines:
+        c, p, m = l["config"], l["predicted"], l["measured"]
+        rows.append([l["row"] + (" (outlier)" if l.get("outlier") else ""), c["model"], c["gpus"], c["seq"], mb_ga(c),
+                     c["checkpointed"], c["strategy"], c["offload"],
+                     f"{1000 * p['step_s']:.1f} ms", f"{1000 * m['step_s']:.1f} ms", err(p["step_s"], m["step_s"]),
+                     f"{m['peak_allocated_gib']:.2f} GiB", err2(p["peak_allocated_gib"], m["peak_allocated_gib"]),
+                     f"{m['peak_reserved_gib']:.2f} GiB", err(p["peak_reserved_gib"], m["peak_reserved_gib"])])
+    return table(["row", "model", "GPUs", "seq", "mb × accum", "checkpointed", "strategy", "offload",
+                  "step predicted", "measured", "error", "peak allocated", "error", "peak reserved", "error"], rows)
+
+
+def summary_line(s):
+    out = f"step time {s['step_mape']:.1f}% MAPE (max {s['step_max']:.1f}%) over {s['n']} rows"
+    if s["outliers"]:
+        out += f" ({', '.join(s['outliers'])} left out)"
+    return out + (f"; peak allocated within {s['alloc_max']:.2f}%, peak reserved within {s['resv_max']:.1f}%"
+                  f" ({s['resv_mape']:.2f}% mean)")
+
+
+def readme_accuracy(lines, set_name):
+    rows = [l for l in lines if l["set"] == set_name]
+    if not rows:
+        sys.exit(f"results_index: README.md asks for accuracy set {set_name}, which docs/results/accuracy.jsonl lacks")
+    first = rows[0]
+    s = accuracy_summary(rows)
+    out = [f"Measured on {first['date']}, on {first['machine']}, with `{first['command']}` "
+           f"(predictions: profile `{first['profile']}`).", ""]
+    out += accuracy_rows(rows)
+    out += ["", f"**{summary_line(s)}.**"]
+    notes = [f"{l['row']}: {l['note']}" for l in rows if l.get("outlier") and l.get("note")]
+    if notes:
+        out += ["", "; ".join(notes) + "."]
+    return out
+
+
+def index_accuracy(lines):
+    # Sets newest first; the rows of a set in their file order.
+    newest = newest_first(lines)
+    order = list(dict.fromkeys(l["set"] for l in newest))
+    by_set = accuracy_sets(lines)
+    sets = {name: by_set[name] for name in order}
+    out = ["## Accuracy: predicted against measured, row by row (`accuracy.jsonl`)", "",
+           "The rows of [tools/device/accuracy/suite.txt](../../tools/device/accuracy/suite.txt), each planned with every "
+           "choice pinned and trained 6 steps; step time is the mean after 2 warm-up steps, memory the caching "
+           "allocator's peak. Error = (predicted − measured) / measured. One table per set, newest first.", ""]
+    summary = []
+    for name, rows in sets.items():
+        s = accuracy_summary(rows)
+        summary.append([rows[0]["date"], f"[{name}](#{anchor(name)})", rows[0]["machine"], f"`{rows[0]['profile']}`",
+                        len(rows), f"{s['step_mape']:.1f}% / {s['step_max']:.1f}%"
+                        + (f" ({', '.join(s['outliers'])} left out)" if s["outliers"] else ""),
+                        f"{s['alloc_max']:.2f}%", f"{s['resv_mape']:.2f}% / {s['resv_max']:.1f}%", rows[0].get("commit") or ""])
+    out += table(["date", "set", "machine", "profile", "rows", "step MAPE / max", "allocated max",
+                  "reserved mean / max", "commit"], summary)
+    for name, rows in sets.items():
+        out += ["", f"### {name}", "", f"{rows[0]['date']}, {rows[0]['machine']}, commit {rows[0].get('commit') or '?'}, "
+                f"profile `{rows[0]['profile']}`: `{rows[0].get('command', '')}`. Raw runs: `{os.path.dirname(rows[0]['source'].rstrip('/')) if '/runs/' in rows[0]['source'] else rows[0]['source']}` in git history.", ""]
+        out += accuracy_rows(rows)
+        notes = list(dict.fromkeys(l["note"] for l in rows if l.get("note") and not l.get("outlier")))
+        notes += [f"{l['row']}: {l['note']}" for l in rows if l.get("outlier") and l.get("note")]
+        if notes:
+            out += [""] + [f"- {n}" for n in notes]
+    return out
+
+
+def anchor(title):
+    return re.sub(r"[^a-z0-9 -]", "", title.lower()).replace(" ", "-")
+
+
+# --- the race against FSDP2 ----------------------------------------------------------------------
+
+def fsdp2_row(l):
+    m, p = l["measured"], l.get("predicted", {})
+    me = m.get("llmplan", {}).get("tokens_per_s_per_gpu")
+    eager = m.get("fsdp2_eager", {}).get("tokens_per_s_per_gpu")
+    comp = m.get("fsdp2_compiled", {}).get("tokens_per_s_per_gpu")
+    return me, eager, comp, p.get("llmplan_tokens_per_s_per_gpu")
+
+
+def gib(x):
+    return "" if x is None else f"{x:.2f} GiB"
+
+
+def readme_fsdp2(lines):
+    l = newest_first(lines)[0]
+    me, eager, comp, pred = fsdp2_row(l)
+    m = l["measured"]
+    c = l["config"]
+    config = (f"{c['model']}, {c['gpus']} × H200, seq {c['seq']}, micro-batch {c['micro_batch']}, "
+              f"checkpointed {c['checkpointed']}, {c['strategy']}")
+    out = [f"Measured on {l['date']}, on {l['machine']}, with `{l['command']}`.", ""]
+    rows = [["llmplan `run`", f"**{tok(me)}**", f"{100 * m['llmplan']['mfu']:.1f}%", gib(m["llmplan"].get("peak_allocated_gib")),
+             "1.000×", f"predicted {tok(pred)}" if pred else ""]]
+    for key, name in (("fsdp2_eager", "FSDP2 eager"), ("fsdp2_compiled", "FSDP2 + torch.compile per block")):
+        if key in m:
+            r = m[key]
+            rows.append([name, tok(r["tokens_per_s_per_gpu"]), f"{100 * r['mfu']:.1f}%", gib(r.get("peak_allocated_gib")),
+                         f"**{ratio(me, r['tokens_per_s_per_gpu'])}**", ""])
+    out += [f"{config} (plan: [{os.path.basename(l['plan'])}]({l['plan']})):", ""]
+    out += table(["run", "tokens/s/GPU", "MFU", "peak allocated", "llmplan ÷ run", ""], rows)
+    return out
+
+
+def index_fsdp2(lines):
+    out = ["## The race against PyTorch FSDP2 (`fsdp2.jsonl`)", "",
+           "Each line: one device call, one plan trained by `llmplan run` and by "
+           "[tools/device/fsdp2_reference.py](../../tools/device/fsdp2_reference.py) (eager, and compiled when run), "
+           "tokens/s per GPU; predicted is the planner's figure the run reports as \"% of plan\".", ""]
+    rows = []
+    for l in newest_first(lines):
+        me, eager, comp, pred = fsdp2_row(l)
+        rows.append([l["date"], short_config(l["config"]), tok(pred), tok(me), tok(eager), tok(comp),
+                     ratio(me, eager), ratio(me, comp), gib(l["measured"].get("llmplan", {}).get("peak_allocated_gib")),
+                     l.get("commit") or "", l.get("note", "")])
+    return out + table(["date", "configuration", "llmplan predicted", "llmplan", "FSDP2 eager", "FSDP2 compiled",
+                        "÷ eager", "÷ compiled", "llmplan peak allocated", "commit", "note"], rows)
+
+
+# --- the other kinds -----------------------------------------------------------------------------
+
+def index_plan_choice(lines):
+    out = ["## Does the planner choose the fastest plan? (`plan_choice.jsonl`)", "",
+           "The plan `llmplan estimate` chooses for a request beside alternatives, each trained in one device call "
+           "(`tools/device/plan_choice.sh`); tokens/s per GPU.", ""]
+    rows = []
+    for l in newest_first(lines):
+        p, m = l["predicted"].get("tokens_per_s_per_gpu"), l["measured"]["tokens_per_s_per_gpu"]
+        rows.append([l["date"], short_config(l["request"]), l["role"], ", ".join(f"{k} {v}" for k, v in l["plan"].items()),
+                     f"`{l['profile']}`", tok(p), tok(m), err(p, m), l.get("commit") or ""])
+    return out + table(["date", "request", "plan", "configuration", "profile", "predicted", "measured", "error", "commit"], rows)
+
+
+def index_offload_pairs(lines):
+    out = ["## Offload staging, per unit against slots (`offload_pairs.jsonl`)", "",
+           "Runs of one optimizer-offload plan staged per unit (`unit`) and through two slots (`slots`), alternating in "
+           "one device call (`tools/device/offload_pairs.sh`).", ""]
+    rows = []
+    for l in newest_first(lines):
+        p, m = l["predicted"], l["measured"]
+        adam = f"{m['cpu_adam_s']:.2f} s ({p.get('cpu_adam_s', 0):.2f})" if "cpu_adam_s" in m else ""
+        rows.append([l["date"], short_config(l["config"]), l["run"], l["offload_staging"], tok(p.get("tokens_per_s_per_gpu")),
+                     tok(m["tokens_per_s_per_gpu"]), err(p.get("tokens_per_s_per_gpu"), m["tokens_per_s_per_gpu"]), adam,
+                     l.get("commit") or "", l.get("note", "")])
+    return out + table(["date", "configuration", "run", "staging", "predicted tok/s", "measured", "error",
+                        "CPU AdamW measured (predicted)", "commit", "note"], rows)
+
+
+def index_offload_modes(lines):
+    out = ["## Offload modes and tiers (`offload_modes.jsonl`)", ""]
+    rows = []
+    for l in newest_first(lines):
+        p, m = l["predicted"], l["measured"]
+        rows.append([l["date"], short_config(l["config"]), f"`{l['profile']}`", tok(p.get("tokens_per_s_per_gpu")),
+                     tok(m["tokens_per_s_per_gpu"]), err(p.get("tokens_per_s_per_gpu"), m["tokens_per_s_per_gpu"]),
+                     gib(m.get("peak_allocated_gib")), gib(m.get("host_pinned_gib")), l.get("commit") or ""])
+    return out + table(["date", "configuration", "profile", "predicted tok/s", "measured", "error", "peak allocated",
+                        "host pinned", "commit"], rows)
+
+
+def index_checkpoint_cost(lines):
+    out = ["## What a checkpoint costs (`checkpoint_cost.jsonl`)", "",
+           "`tools/device/checkpoint_cost.sh`: the same run without checkpoints, saving synchronously and with "
+           "`--ckpt-async`.", ""]
+    rows = []
+    for l in newest_first(lines):
+        m = l["measured"]
+        save = "" if m.get("seconds_per_save") is None else f"{m['seconds_per_save']:.1f} s"
+        rows.append([l["date"], short_config(l["config"]), f"{m['mean_step_s']:.3f} s", save, l.get("commit") or ""])
+    return out + table(["date", "configuration", "mean step", "per save", "commit"], rows)
+
+
+def index_changes(lines):
+    out = ["## Changes measured side by side (`changes.jsonl`)", "",
+           "One line per change: the same plan before and after, in one device call; ratio = after ÷ before "
+           "(tokens/s). [docs/CHANGELOG.md](../CHANGELOG.md) says what each change is.", ""]
+    rows = []
+    for l in newest_first(lines):
+        p = l["predicted"].get("ratio")
+        rows.append([l["date"], l["change"], l["config"], "" if p is None else f"{p:.4f}×", f"{l['measured']['ratio']:.4f}×",
+                     f"`{l['profile']}`", l.get("commit") or "", l.get("note", "")])
+    return out + table(["date", "change", "configuration", "predicted", "measured", "profile", "commit", "note"], rows)
+
+
+
+def index_generic(kind, lines):
+    out = [f"## {kind} (`{kind}.jsonl`)", ""]
+    rows = [[l.get("date", ""), l.get("machine", ""), json.dumps(l.get("config", {})), json.dumps(l.get("predicted", {})),
+             json.dumps(l.get("measured", {}))] for l in newest_first(lines)]
+    return out + table(["date", "machine", "configuration", "predicted", "measured"], rows)
+
+
+KINDS = [("accuracy", index_accuracy), ("fsdp2", index_fsdp2), ("plan_choice", index_plan_choice),
+         ("offload_pairs", index_offload_pairs), ("offload_modes", index_offload_modes),
+         ("changes", index_changes), ("checkpoint_cost", index_checkpoint_cost)]
+
+HEADER = """# Measurements
+
+Generated by `tools/results_index.py` from the JSON-lines files beside this page; do not edit by hand.
+One file per experiment kind, one JSON object a line:
+
+| field | meaning |
+|---|---|
+| `date`, `commit`, `machine` | when, which tree (the commit that recorded it, for measurements made before these files existed), on what (`1 x H200 (nvidia-h200)`) |
+| `config` (or `request`, `plan`) | what ran: model, GPUs, sequence length, micro-batch, accumulation, checkpointed blocks, strategy, offload |
+| `profile` | the hardware profile the prediction used |
+| `predicted`, `measured` | the planner's figure and the run's (step time in s, memory in GiB, throughput in tokens/s per GPU) |
+| `command` | what produced it, where the kind has one script (`tools/device/*.sh`) |
+| `source` | where the raw run directory lay: `docs/accuracy/...` in git history, before raw runs left the tree |
+| `note`, `outlier` | what to know about a line; `outlier: true` leaves a row out of the summary MAPE |
+
+To add a measurement, append the lines the device script prints (each script's header says how) to its file,
+then run `tools/results_index.py`: it rewrites this page and the tables in README.md. CTest's
+`results_index_fresh` fails when either is stale.
+"""
+
+
+def render_index():
+    out = [HEADER.rstrip("\n")]
+    known = {k for k, _ in KINDS}
+    for kind, fn in KINDS:
+        lines = load(kind)
+        if lines:
+            out += [""] + fn(lines)
+    for name in sorted(os.listdir(RESULTS)):
+        kind, ext = os.path.splitext(name)
+        if ext == ".jsonl" and kind not in known:
+            out += [""] + index_generic(kind, load(kind))
+    return "\n".join(out) + "\n"
+
+
+MARK = re.compile(r"(<!-- results: ([a-z_0-9]+)(?: set=([^ ]+))? -->\n)(.*?)(<!-- /results -->)", re.S)
+
+
+def render_readme(text):
+    def block(m):
+        kind, set_name = m.group(2), m.group(3)
+        if kind == "accuracy":
+            body = readme_accuracy(load("accuracy"), set_name)
+        elif kind == "fsdp2":
+            body = readme_fsdp2(load("fsdp2"))
+        else:
+            sys.exit(f"results_index: README.md marker for unknown kind '{kind}'")
+        return m.group(1) + "\n".join(body) + "\n" + m.group(5)
+    return MARK.sub(block, text)
+
+
+def main(argv):
+    check = "--check" in argv
+    index = render_index()
+    with open(README) as f:
+        readme_old = f.read()
+    readme = render_readme(readme_old)
+    index_old = open(INDEX).read() if os.path.exists(INDEX) else ""
+    if check:
+        stale = [p for p, new, old in ((INDEX, index, index_old), (README, readme, readme_old)) if new != old]
+        if stale:
+            print(f"{', '.join(os.path.relpath(p, ROOT) for p in stale)} stale: run tools/results_index.py")
+            return 1
+        return 0
+    for path, new, old in ((INDEX, index, index_old), (README, readme, readme_old)):
+        if new != old:
+            with open(path, "w") as f:
+                f.write(new)
+            print(f"results_index: wrote {os.path.relpath(path, ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
