@@ -259,10 +259,10 @@ def index_offload_pairs(lines):
     for l in newest_first(lines):
         p, m = l["predicted"], l["measured"]
         adam = f"{m['cpu_adam_s']:.2f} s ({p.get('cpu_adam_s', 0):.2f})" if "cpu_adam_s" in m else ""
-        rows.append([l["date"], short_config(l["config"]), l["run"], l["offload_staging"], tok(p.get("tokens_per_s_per_gpu")),
+        rows.append([l["date"], short_config(l["config"]), l["run"], l.get("form", l.get("offload_staging")), tok(p.get("tokens_per_s_per_gpu")),
                      tok(m["tokens_per_s_per_gpu"]), err(p.get("tokens_per_s_per_gpu"), m["tokens_per_s_per_gpu"]), adam,
                      l.get("commit") or "", l.get("note", "")])
-    return out + table(["date", "configuration", "run", "staging", "predicted tok/s", "measured", "error",
+    return out + table(["date", "configuration", "run", "form", "predicted tok/s", "measured", "error",
                         "CPU AdamW measured (predicted)", "commit", "note"], rows)
 
 

@@ -11,8 +11,9 @@
 # keeps its run directory. Rows that use one GPU run on GPU 0. At the end the
 # run directories are packed into $OUT/accuracy.tar.gz (the device tool
 # returns at most 8 files) and a table of predicted vs measured step time and
-# memory is printed. `llmplan compare` and `llmplan calibrate` read the run
-# directories back on any machine. LLMPLAN_ACCURACY_DEADLINE (seconds since
+# memory is printed, and the rows as lines of docs/results/accuracy.jsonl
+# ($OUT/accuracy.results.jsonl). `llmplan compare` and `llmplan calibrate` read
+# the run directories back on any machine. LLMPLAN_ACCURACY_DEADLINE (seconds since
 # the epoch) skips the rows that would start after it, so a device call that
 # has a time limit still packs what ran.
 set -uo pipefail
@@ -145,6 +146,14 @@ for name in sorted(os.listdir(runs)):
     e = lambda p, m: f"{100 * (p - m) / m:+6.1f}%"
     print(f"{name:<5} {ps:9.3f} {step:8.3f} {e(ps, step)}  {pa:14.2f} {alloc:7.2f} {e(pa, alloc)}  {pr:9.2f} {resv:7.2f} {e(pr, resv)}")
 EOF
+# The results lines: `llmplan compare --json` of every row, with the profile
+# LLMPLAN_RESULTS_PROFILE (default: the one each plan names), as set
+# LLMPLAN_RESULTS_SET. Back here: append to docs/results/accuracy.jsonl, then
+# tools/results_index.py.
+python3 "$root/tools/device/results_lines.py" accuracy "$runs" --llmplan "$llmplan" \
+  ${LLMPLAN_RESULTS_PROFILE:+--profile "$LLMPLAN_RESULTS_PROFILE"} ${LLMPLAN_RESULTS_SET:+--set "$LLMPLAN_RESULTS_SET"} \
+  --command "tools/device/accuracy.sh $*" >"${OUT:-$out}/accuracy.results.jsonl" &&
+  echo "accuracy: results lines in ${OUT:-$out}/accuracy.results.jsonl"
 archive="${OUT:-$out}/accuracy.tar.gz"
 tar czf "$archive" -C "$out" runs 2>/dev/null && echo "accuracy: run directories packed in $archive"
 exit $failed

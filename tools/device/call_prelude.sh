@@ -1,4 +1,4 @@
-# Sourced THERE at the top of a device-call script (docs/accuracy/*/device-call-*.sh):
+# Sourced THERE at the top of a one-off device-call script (`source tools/device/call_prelude.sh`):
 # what every call sets first. NVLink multicast stays off on those machines
 # (README.md here); nvcc on the PATH for the build; t0 and el() time the call's
 # parts ("build rc 0 at 140 s"); top is the repository root the call runs in.

@@ -6,10 +6,11 @@
 #   tools/device/compare_fsdp2.sh PLAN.json [STEPS] [--compile]
 #
 # STEPS (default 13) includes 3 untimed warm-up steps on the FSDP2 side, as the
-# FSDP2 reference figures quoted in the README were measured. --compile adds a torch.compile-per-block FSDP2
+# figures in docs/results/fsdp2.jsonl were measured. --compile adds a torch.compile-per-block FSDP2
 # run. Results go to $OUT/compare/ when $OUT is set (they come back with the
 # device call): llmplan_run/ (metrics.jsonl, summary.json), llmplan.log,
-# fsdp2_eager.json [, fsdp2_compiled.json], compare.json. With
+# fsdp2_eager.json [, fsdp2_compiled.json], compare.json, and
+# fsdp2.results.jsonl (the line for docs/results/fsdp2.jsonl). With
 # LLMPLAN_COMPARE_COMPOSITE=1 the plan also runs with LibTorch's composite block
 # ops (fused_kernels false; llmplan_composite_run/). The last column is
 # llmplan's tokens/s over each row's.
@@ -104,3 +105,7 @@ for name, tps, mfu, alloc, res in rows:
 json.dump([dict(zip(("run", "tokens_per_s", "mfu", "peak_allocated_bytes", "peak_reserved_bytes"), r))
            for r in rows], open(os.path.join(out, "compare.json"), "w"), indent=1)
 EOF
+# One line of docs/results/fsdp2.jsonl: append it there, then tools/results_index.py.
+python3 "$root/tools/device/results_lines.py" fsdp2 "$out" --plan "$plan" \
+  --command "tools/device/compare_fsdp2.sh ${plan#"$root"/} $steps${compile:+ $compile}" >"$out/fsdp2.results.jsonl" &&
+  echo "results line: $out/fsdp2.results.jsonl"

@@ -11,7 +11,8 @@
 # without any, the estimate's first three alternatives that fit are run.
 # Every plan trains LLMPLAN_CHOICE_STEPS steps (default 6; the first is
 # warm-up and left out of the mean) with --no-final-weights. Run directories
-# are packed into OUT_DIR/plan_choice.tar.gz for llmplan compare.
+# are packed into OUT_DIR/plan_choice.tar.gz for llmplan compare; the lines for
+# docs/results/plan_choice.jsonl are OUT_DIR/plan_choice.results.jsonl.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${LLMPLAN_GPU_BUILD_DIR:-$root/build-gpu}"
@@ -95,4 +96,7 @@ choice = rows[0][3] if rows and rows[0][0] == "choice" else None
 if choice and fastest:
     print(f'the chosen plan is {100 * (fastest - choice) / fastest:.1f}% below the fastest measured plan (target <= 5%)')
 PY
+# The lines of docs/results/plan_choice.jsonl: append them there, then tools/results_index.py.
+python3 "$root/tools/device/results_lines.py" plan_choice "$work" --command "tools/device/plan_choice.sh OUT $model $gpus $seq $batch $profile${*:+ ...}" \
+  >"$out/plan_choice.results.jsonl"
 tar -C "$work" -czf "$out/plan_choice.tar.gz" --exclude='tokens.bin' . 2>/dev/null

@@ -4,10 +4,10 @@
 # FSDP2 eager and compiled in the same call (tools/device/compare_fsdp2.sh):
 #
 #   1b  Llama-3.2-1B untied, seq 4096, mb 4: the plan `llmplan estimate`
-#       writes for it on 2 x H200 (docs/llama3.2-1b-untied-2xh200-planned.plan.json;
+#       writes for it on 2 x H200 (tools/device/plans/llama3.2-1b-untied-2xh200-planned.plan.json;
 #       target >= 1.20 x FSDP2 compiled, peak allocated <= FSDP2's)
 #   8b  Llama-3-8B, seq 4096, mb 2, every block checkpointed, each gather
-#       casting the fp32 shard (docs/llama3-8b-2xh200-cast.plan.json; target
+#       casting the fp32 shard (tools/device/plans/llama3-8b-2xh200-cast.plan.json; target
 #       >= 1.10 x FSDP2 compiled, peak allocated <= FSDP2's)
 #
 #   tools/device/race_two_gpus.sh [1b] [8b]      (default: both, 1b first)
@@ -31,8 +31,8 @@ names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(1b 8b)
 plan_for() {
   case "$1" in
-    1b) echo "$root/docs/llama3.2-1b-untied-2xh200-planned.plan.json" ;;
-    8b) echo "$root/docs/llama3-8b-2xh200-cast.plan.json" ;;
+    1b) echo "$root/tools/device/plans/llama3.2-1b-untied-2xh200-planned.plan.json" ;;
+    8b) echo "$root/tools/device/plans/llama3-8b-2xh200-cast.plan.json" ;;
     *) return 1 ;;
   esac
 }

@@ -49,7 +49,7 @@ sys.exit(0 if worst < 1e-4 else 1)
 PY
     ;;
   llama8b)
-    plan="$root/docs/llama3-8b-2xh200.plan.json"
+    plan="$root/tools/device/plans/llama3-8b-2xh200.plan.json"
     timeout 300 "$llmplan" run --plan "$plan" --data "$tokens" --steps 12 --out "$out/llama8b" >"$out/llama8b.log" 2>&1
     echo "llmplan rc=$?"; tail -3 "$out/llama8b.log"; summary "$out/llama8b" "llmplan llama3-8b 2 GPUs"
     timeout 200 python3 -m torch.distributed.run --standalone --nproc-per-node 2 "$root/tools/device/fsdp2_reference.py" \
@@ -57,7 +57,7 @@ PY
     echo "fsdp2 rc=$?"; tail -c 400 "$out/fsdp2_llama8b.json"
     ;;
   offload8b)
-    plan="$root/docs/llama3-8b-1xh200-offload.plan.json"
+    plan="$root/tools/device/plans/llama3-8b-1xh200-offload.plan.json"
     if [ "${2:-llmplan}" = llmplan ]; then
       CUDA_VISIBLE_DEVICES=0 timeout 420 "$llmplan" run --plan "$plan" --data "$tokens" --steps 6 --no-final-weights \
         --out "$out/offload8b" >"$out/offload8b.log" 2>&1
