@@ -4,8 +4,9 @@
 #   tools/calibrate_suite.sh RUNS_DIR OUT.json [--profile P] [--json] [--one-gpu]
 #
 # RUNS_DIR holds the run directories tools/device/accuracy.sh kept (a01 ...
-# b14; docs/accuracy/*/runs has a recorded set). Rows with an odd number are
-# fitted, rows with an even number held out, so each half has every strategy,
+# b14; tests/data/runs has a recorded subset, git history a full set under
+# docs/accuracy/). Rows with an odd number are fitted, rows with an even
+# number held out, so each half has every strategy,
 # checkpointing none/some/all, accumulation and offload. --one-gpu fits the
 # 1-GPU rows (a..) and holds out the 2-GPU rows (b..): calibrated on one GPU,
 # judged on two. Runs whose recorded program is not the one this llmplan

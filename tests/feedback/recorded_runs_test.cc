@@ -5,7 +5,7 @@
 // gradient summed by llmplan's kernel (a12 and a13 offload the optimizer,
 // gradients staged per unit; a13 keeps steps 4 and 5: in its step 6 the
 // host's CPU AdamW took 1.21 s against 0.97-0.99 s in steps 2-5, an outlier of
-// that host's rate, docs/accuracy/2026-12-03-h200-loss-into-flat-gradient),
+// that host's rate: docs/results/accuracy.jsonl, set loss-into-flat-gradient),
 // the 2-GPU runs b* on 2026-11-30 with LibTorch's composite block
 // ops (their plans say fused_kernels: false): for every
 // op of the step program, the allocated bytes it adds and the highest point
