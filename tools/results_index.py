@@ -12,8 +12,9 @@ lines (tools/device/*.sh print them); nothing is edited in place. Tables list
 the newest first: by date, then later lines before earlier ones.
 
 A README.md table is chosen by its marker:
-    <!-- results: accuracy set=NAME -->   the rows of one accuracy set
-    <!-- results: fsdp2 -->               the newest race against FSDP2
+    <!-- results: accuracy rows=a01-a13 -->   the newest accuracy set that has all these rows
+    <!-- results: accuracy set=NAME -->       the rows of one accuracy set
+    <!-- results: fsdp2 -->                   the newest race against FSDP2
 and ends at `<!-- /results -->`.
 """
 import json
@@ -138,10 +139,33 @@ def summary_line(s):
                   f" ({s['resv_mape']:.2f}% mean)")
 
 
-def readme_accuracy(lines, set_name):
+def expand_rows(spec):
+    """'a01-a13' or 'a01,a03,b02' -> the row names."""
+    names = []
+    for part in spec.split(","):
+        m = re.fullmatch(r"([a-z]+)(\d+)-\1?(\d+)", part)
+        if m:
+            width = len(m.group(2))
+            names += [f"{m.group(1)}{i:0{width}d}" for i in range(int(m.group(2)), int(m.group(3)) + 1)]
+        else:
+            names.append(part)
+    return names
+
+
+def readme_accuracy(lines, selector):
+    key, _, value = selector.partition("=")
+    if key == "set":
+        set_name = value
+    elif key == "rows":
+        wanted = set(expand_rows(value))
+        sets = accuracy_sets(lines)
+        newest = [l["set"] for l in newest_first(lines)]
+        set_name = next((n for n in dict.fromkeys(newest) if wanted <= {l["row"] for l in sets[n]}), None)
+    else:
+        sys.exit(f"results_index: README.md accuracy marker needs set=NAME or rows=LIST, not '{selector}'")
     rows = [l for l in lines if l["set"] == set_name]
     if not rows:
-        sys.exit(f"results_index: README.md asks for accuracy set {set_name}, which docs/results/accuracy.jsonl lacks")
+        sys.exit(f"results_index: no accuracy set in docs/results/accuracy.jsonl matches README.md's '{selector}'")
     first = rows[0]
     s = accuracy_summary(rows)
     out = [f"Measured on {first['date']}, on {first['machine']}, with `{first['command']}` "
@@ -207,8 +231,9 @@ def readme_fsdp2(lines):
     me, eager, comp, pred = fsdp2_row(l)
     m = l["measured"]
     c = l["config"]
-    config = (f"{c['model']}, {c['gpus']} × H200, seq {c['seq']}, micro-batch {c['micro_batch']}, "
-              f"checkpointed {c['checkpointed']}, {c['strategy']}")
+    config = (f"{c['model']} on {c['gpus']} GPU{'s' if c['gpus'] != 1 else ''}, seq {c['seq']}, "
+              f"micro-batch {c['micro_batch']} × {c.get('grad_accum') or 1}, checkpointed {c['checkpointed']}, "
+              f"{c['strategy']}" + (f", {c['loss_chunk']}-token loss chunks" if c.get("loss_chunk") else ""))
     out = [f"Measured on {l['date']}, on {l['machine']}, with `{l['command']}`.", ""]
     rows = [["llmplan `run`", f"**{tok(me)}**", f"{100 * m['llmplan']['mfu']:.1f}%", gib(m["llmplan"].get("peak_allocated_gib")),
              "1.000×", f"predicted {tok(pred)}" if pred else ""]]
@@ -349,19 +374,19 @@ def render_index():
     return "\n".join(out) + "\n"
 
 
-MARK = re.compile(r"(<!-- results: ([a-z_0-9]+)(?: set=([^ ]+))? -->\n)(.*?)(<!-- /results -->)", re.S)
+MARK = re.compile(r"(<!-- results: ([a-z_0-9]+)(?: ([a-z]+=[^ ]+))? -->\n)(.*?)(<!-- /results -->)", re.S)
 
 
 def render_readme(text):
     def block(m):
-        kind, set_name = m.group(2), m.group(3)
+        kind, selector = m.group(2), m.group(3)
         if kind == "accuracy":
-            body = readme_accuracy(load("accuracy"), set_name)
+            body = readme_accuracy(load("accuracy"), selector or "")
         elif kind == "fsdp2":
             body = readme_fsdp2(load("fsdp2"))
         else:
             sys.exit(f"results_index: README.md marker for unknown kind '{kind}'")
-        return m.group(1) + "\n".join(body) + "\n" + m.group(5)
+        return m.group(1) + "\n" + "\n".join(body) + "\n\n" + m.group(5)
     return MARK.sub(block, text)
 
 
