@@ -1,5 +1,6 @@
 #include "planner/program_tensors.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -31,6 +32,51 @@ MemoryTemplate RecordMemoryCall(const std::vector<bool>& present, MemoryCategory
   }
   for (int id : result) t.result.push_back(relative(id));
   return t;
+}
+
+const MemoryTemplate& RecordedMemoryCalls::Recorded(MemoryCall call, std::span<const int> inputs) {
+  auto matches = [&](const Recording& r) {
+    if (r.call != call || r.present.size() != inputs.size()) return false;
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (r.present[k] != (inputs[k] >= 0)) return false;
+    return true;
+  };
+  auto it = std::find_if(recordings_.begin(), recordings_.end(), matches);
+  if (it != recordings_.end()) return it->events;
+  std::vector<bool> present;
+  for (int id : inputs) present.push_back(id >= 0);
+  // SavedTensors <-> flattened ids (saved..., output).
+  auto saved_of = [](const std::vector<int>& ids, size_t n) {
+    SavedTensors s;
+    s.saved.assign(ids.begin(), ids.begin() + static_cast<long>(n) - 1);
+    s.output = ids[n - 1];
+    return s;
+  };
+  auto flat = [](const SavedTensors& s) {
+    std::vector<int> ids = s.saved;
+    ids.push_back(s.output);
+    return ids;
+  };
+  const MemoryCategory saved_category =
+      call == MemoryCall::kBlockRecompute ? MemoryCategory::kRecompute : MemoryCategory::kActivations;
+  MemoryTemplate recorded = RecordMemoryCall(present, saved_category, [&](MemoryScript& s, const std::vector<int>& in) {
+    switch (call) {
+      case MemoryCall::kEmbeddingForward: return flat(EmbeddingForward(shape_, s));
+      case MemoryCall::kBlockForward: return flat(BlockForward(shape_, /*keep_graph=*/true, s));
+      case MemoryCall::kBlockForwardNoGraph: return flat(BlockForward(shape_, /*keep_graph=*/false, s));
+      case MemoryCall::kHeadForward: return flat(HeadForward(shape_, output_matrix_params_, s));
+      case MemoryCall::kBlockRecompute: return flat(BlockRecompute(shape_, saved_of(in, in.size()), s));
+      case MemoryCall::kHeadBackward: return std::vector<int>{HeadBackward(shape_, saved_of(in, in.size()), s)};
+      case MemoryCall::kBlockBackward:
+        return std::vector<int>{BlockBackward(shape_, saved_of(in, in.size() - 1), in.back(), s)};
+      case MemoryCall::kEmbeddingBackward:
+        EmbeddingBackward(shape_, saved_of(in, in.size() - 1), in.back(), embedding_params_, s);
+        return std::vector<int>{};
+    }
+    return std::vector<int>{};
+  });
+  recordings_.push_back({call, std::move(present), std::move(recorded)});
+  return recordings_.back().events;
 }
 
 int ProgramTensors::Alloc(MemoryCategory category, double bytes, std::vector<MemoryDelta>& events) {

@@ -46,6 +46,45 @@ struct MemoryTemplate {
 MemoryTemplate RecordMemoryCall(const std::vector<bool>& present, MemoryCategory saved_category,
                                 const std::function<std::vector<int>(MemoryScript&, const std::vector<int>&)>& call);
 
+// The memory model's calls (planner/memory_model.h) a step program makes.
+// Their tensors pass through the builder flattened: a SavedTensors as its
+// saved ids then its output.
+enum class MemoryCall {
+  kEmbeddingForward,
+  kBlockForward,         // keeping its graph
+  kBlockForwardNoGraph,  // a checkpointed block's forward
+  kHeadForward,
+  kBlockRecompute,       // inputs: the forward's tensors
+  kHeadBackward,         // inputs: the forward's tensors
+  kBlockBackward,        // inputs: the forward's (or recompute's) tensors, then the gradient flowing in
+  kEmbeddingBackward,    // inputs: as kBlockBackward
+};
+
+// One program's recordings of its memory calls, made at each call's first
+// use with a given pattern of absent inputs.
+class RecordedMemoryCalls {
+ public:
+  // `output_matrix_params`: the (vocab x hidden) matrix the head multiplies
+  // by; `embedding_params`: the embedding's. REQUIRES: `shape` outlives this.
+  RecordedMemoryCalls(const ActivationShape& shape, double output_matrix_params, double embedding_params)
+      : shape_(shape), output_matrix_params_(output_matrix_params), embedding_params_(embedding_params) {}
+
+  // The recording of `call` with `inputs`' pattern of absent ones (-1):
+  // ProgramTensors::Stamp makes the call's events from it.
+  const MemoryTemplate& Recorded(MemoryCall call, std::span<const int> inputs);
+
+ private:
+  struct Recording {
+    MemoryCall call;
+    std::vector<bool> present;  // which inputs were not -1
+    MemoryTemplate events;
+  };
+  const ActivationShape& shape_;
+  const double output_matrix_params_;
+  const double embedding_params_;
+  std::vector<Recording> recordings_;
+};
+
 class ProgramTensors {
  public:
   void Reserve(size_t tensors) { tensors_.reserve(tensors); }
