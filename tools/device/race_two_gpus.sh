@@ -15,9 +15,10 @@
 # Each comparison's files (compare_fsdp2.sh's: compare.json, llmplan.log,
 # fsdp2_*.json, the run directory) are packed into $OUT/race.tgz as NAME/
 # (the device tool brings back only a handful of files); each one's summary
-# is printed as it ends. LLMPLAN_CALL_BUDGET_S (default 585) is the
+# is printed as it ends; each NAME/compare/fsdp2.results.jsonl is the line for
+# docs/results/fsdp2.jsonl. LLMPLAN_CALL_BUDGET_S (default 585) is the
 # call's time: a comparison that would start with less than its expected
-# time left (1b 150 s, 8b 330 s, measured 2026-11-30 with compilation) is
+# time left (1b 150 s, 8b 330 s with compilation, as measured) is
 # skipped and says so, so what ran still comes back.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
