@@ -26,6 +26,12 @@ MemoryCall BackwardCall(UnitKind kind) {
   return MemoryCall::kEmbeddingBackward;
 }
 
+// The group a unit's gradient all-reduce runs in: the replica group, or the
+// whole job for an edge unit kept whole under a sharded strategy.
+CommGroup ReplicaGroupOf(const Unit& unit, const Plan& plan) {
+  return unit.resident && plan.strategy != ShardingStrategy::kNoShard ? CommGroup::kWorld : CommGroup::kReplica;
+}
+
 }  // namespace
 
 void ProgramBuilder::Backward(int mb, ForwardResults& results) {
@@ -199,7 +205,7 @@ void ProgramBuilder::AfterReduction(int u, int reduced, bool last_mb) {
     StepOp ar;
     ar.kind = OpKind::kAllReduce;
     ar.stream = StreamKind::kReduce;
-    ar.group = ReplicaGroupOf(u);
+    ar.group = ReplicaGroupOf(UnitAt(u), plan_);
     ar.unit = u;
     ar.micro_batch = static_cast<int>(plan_.grad_accum) - 1;
     ar.name = OpName("all-reduce", u);

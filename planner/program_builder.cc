@@ -10,6 +10,107 @@
 
 namespace llmplan {
 
+namespace {
+
+std::vector<Unit> UnitsOf(const Plan& plan) {
+  std::vector<Unit> units;
+  auto add = [&](UnitKind k, int layer, int64_t params) {
+    const int index = static_cast<int>(units.size());
+    const int g = plan.UnitShardGroup(index);
+    units.push_back(Unit{k, layer, params, (params + g - 1) / g * g, g, plan.UnitResident(index)});
+  };
+  const ModelSpec& m = plan.model;
+  add(UnitKind::kEmbedding, -1, m.EmbeddingParams());
+  for (int l = 0; l < m.layers; ++l) add(UnitKind::kBlock, l, m.ParamsPerBlock());
+  add(UnitKind::kHead, -1, m.HeadParams() + m.FinalNormParams());
+  return units;
+}
+
+// Where the fp32 master, gradient and AdamW state live (Plan::offload): on
+// the device, or pinned on the host. `shard`: this rank's elements over every
+// unit; `staged`: those of the offloaded optimizer's host staging.
+void PlaceTrainingState(const Plan& plan, bool adamw_reads_compute_grad, const std::vector<Unit>& units,
+                        double shard, double staged, PersistentMemory& pm, HostMemory& host) {
+  const Offload o = plan.offload;
+  const double param_bytes = DTypeBytes(plan.param_dtype);
+  // fp32 gradient shard accumulated over micro-batches (the whole gradient
+  // when not sharded). On the device in every mode: the norm and clipping
+  // read it there, and accumulating on the host instead would put a CPU add
+  // of every micro-batch's shard on the step's critical path. None when
+  // AdamW reads the compute-dtype gradient (gradient_path.h).
+  pm.grad_shards = adamw_reads_compute_grad ? 0 : 4 * shard;
+  if (o == Offload::kNone) {
+    pm.param_shards = 4 * shard;
+    pm.optimizer_state = 8 * shard;
+  } else if (o == Offload::kOptimizer) {
+    // Master weights and AdamW state live with the CPU optimizer; the GPU keeps
+    // the bf16 shard that all-gathers read.
+    host.master_params = 4 * shard;
+    host.optimizer_state = 8 * shard;
+    host.grad_staging = 4 * staged;
+    // The CPU step writes the new bf16 shard into pinned memory so the copy
+    // up is an asynchronous DMA (the executor's CpuAdamW path does this).
+    host.param_staging = param_bytes * staged;
+  } else if (o == Offload::kParams) {
+    // fp32 master on the host, streamed in for the GPU optimizer step; the bf16
+    // shard stays for the gathers.
+    pm.optimizer_state = 8 * shard;
+    host.master_params = 4 * shard;
+  } else {  // optimizer + params: the compute-dtype shard too lives on the host and
+            // streams up before each gather; the GPU keeps only the gradient shard
+    host.master_params = (4 + param_bytes) * shard;
+    host.optimizer_state = 8 * shard;
+    host.grad_staging = 4 * staged;
+  }
+  if (plan.OptimizerStateOnNvme()) {
+    // m and v move to the SSD; the host keeps the blocks they stream through.
+    std::vector<int64_t> shards;
+    for (const auto& u : units) shards.push_back(u.padded_params / u.group_size);
+    host.optimizer_state = 0;
+    host.nvme_staging = NvmeStagingBytes(shards);
+    host.nvme_state = static_cast<double>(NvmeFileBytes(shards));
+  }
+}
+
+// The rest of the device's step-long memory: CUDA context, workspaces, the
+// step's inputs, the communicators' buffers.
+void PlaceFixedMemory(const Plan& plan, const HardwareProfile& profile, PersistentMemory& pm) {
+  pm.cuda_context = profile.device_kind == "cuda" ? profile.cuda_context_bytes : 0;
+  pm.workspaces = profile.workspace_bytes;
+  // Every micro-batch's tokens (int64 [micro_batch, seq + 1]) and RoPE's cos
+  // and sin tables ([seq, head_dim] in the compute dtype).
+  pm.step_inputs = static_cast<double>(plan.grad_accum * plan.micro_batch * (plan.seq_len + 1)) * 8 +
+                   2.0 * static_cast<double>(plan.seq_len * plan.model.head_dim) * DTypeBytes(plan.param_dtype);
+  // One communicator per process group this plan uses: the shard group has
+  // two (gathers and reductions run on their own streams, as the program
+  // says), the replica and world groups one each when they have several ranks.
+  int comms = 0;
+  if (plan.shard_group_size > 1) comms += 2;
+  if (plan.ReplicaGroups() > 1) comms += 1;
+  if (plan.gpus > 1) comms += 1;
+  pm.collective_buffers = comms * profile.collective_buffer_bytes;
+}
+
+// What the ops work on: StepProgram's batch, dtypes, groups and offload layout.
+void DescribeRun(const Plan& plan, StepProgram& program) {
+  program.micro_batch = plan.micro_batch;
+  program.seq_len = plan.seq_len;
+  program.loss_chunk_tokens = plan.loss_chunk_tokens;
+  program.compute_dtype = plan.param_dtype;
+  program.reduce_dtype = plan.reduce_dtype;
+  program.gpus = plan.gpus;
+  program.shard_group_size = plan.shard_group_size;
+  program.replica_groups = plan.ReplicaGroups();
+  const int units = static_cast<int>(program.units.size());
+  OffloadLayout& o = program.offload;
+  o.optimizer_on_host = OffloadsOptimizer(plan.offload);
+  o.master_on_host = OffloadsParams(plan.offload);
+  o.staged_per_unit = plan.StagesEveryUnit();
+  if (o.optimizer_on_host) o.staging_buffers = o.staged_per_unit ? units : std::min(kOffloadStagingSlots, units);
+}
+
+}  // namespace
+
 ProgramBuilder::ProgramBuilder(const Plan& plan, const HardwareProfile& profile, bool op_names)
     : plan_(plan),
       profile_(profile),
@@ -21,7 +122,7 @@ ProgramBuilder::ProgramBuilder(const Plan& plan, const HardwareProfile& profile,
 StepProgram ProgramBuilder::Build() {
   MakeUnits();
   MakePersistent();
-  DescribeRun();
+  DescribeRun(plan_, program_);
   ForwardResults forward(NumUnits());
   for (int mb = 0; mb < static_cast<int>(plan_.grad_accum); ++mb) {
     Forward(mb, forward);
@@ -34,16 +135,8 @@ StepProgram ProgramBuilder::Build() {
 }
 
 void ProgramBuilder::MakeUnits() {
+  program_.units = UnitsOf(plan_);
   const ModelSpec& m = plan_.model;
-  auto add = [&](UnitKind k, int layer, int64_t params) {
-    const int index = static_cast<int>(program_.units.size());
-    const int g = plan_.UnitShardGroup(index);
-    Unit u{k, layer, params, (params + g - 1) / g * g, g, plan_.UnitResident(index)};
-    program_.units.push_back(u);
-  };
-  add(UnitKind::kEmbedding, -1, m.EmbeddingParams());
-  for (int l = 0; l < m.layers; ++l) add(UnitKind::kBlock, l, m.ParamsPerBlock());
-  add(UnitKind::kHead, -1, m.HeadParams() + m.FinalNormParams());
   program_.micro_batches = static_cast<int>(plan_.grad_accum);
   // Per micro-batch and unit: gather, forward, release, gather, recompute,
   // backward, release, reduction and its accumulation; then the step's end.
@@ -68,90 +161,13 @@ void ProgramBuilder::MakePersistent() {
   for (int u = 0; u < NumUnits(); ++u) largest_shard = std::max(largest_shard, ShardParams(u));
   const double staged =
       plan_.StagesEveryUnit() ? shard : std::min(kOffloadStagingSlots, NumUnits()) * largest_shard;
-  PlaceTrainingState(shard, staged);
   PersistentMemory& pm = program_.persistent;
+  PlaceTrainingState(plan_, AdamWReadsComputeGrad(), program_.units, shard, staged, pm, program_.host);
   // The compute-dtype copy the device keeps per unit (KeepsComputeShard):
   // the whole unit when it is resident (no_shard, an edge kept whole).
   for (int u = 0; u < NumUnits(); ++u)
     if (KeepsComputeShard(u)) pm.compute_params += ParamBytes() * (UnitAt(u).resident ? PaddedParams(u) : ShardParams(u));
-  PlaceFixedMemory();
-}
-
-void ProgramBuilder::PlaceTrainingState(double shard, double staged) {
-  PersistentMemory& pm = program_.persistent;
-  HostMemory& host = program_.host;
-  const Offload o = plan_.offload;
-  // fp32 gradient shard accumulated over micro-batches (the whole gradient
-  // when not sharded). On the device in every mode: the norm and clipping
-  // read it there, and accumulating on the host instead would put a CPU add
-  // of every micro-batch's shard on the step's critical path. None when
-  // AdamW reads the compute-dtype gradient (gradient_path.h).
-  pm.grad_shards = AdamWReadsComputeGrad() ? 0 : 4 * shard;
-  if (o == Offload::kNone) {
-    pm.param_shards = 4 * shard;
-    pm.optimizer_state = 8 * shard;
-  } else if (o == Offload::kOptimizer) {
-    // Master weights and AdamW state live with the CPU optimizer; the GPU keeps
-    // the bf16 shard that all-gathers read.
-    host.master_params = 4 * shard;
-    host.optimizer_state = 8 * shard;
-    host.grad_staging = 4 * staged;
-    // The CPU step writes the new bf16 shard into pinned memory so the copy
-    // up is an asynchronous DMA (the executor's CpuAdamW path does this).
-    host.param_staging = ParamBytes() * staged;
-  } else if (o == Offload::kParams) {
-    // fp32 master on the host, streamed in for the GPU optimizer step; the bf16
-    // shard stays for the gathers.
-    pm.optimizer_state = 8 * shard;
-    host.master_params = 4 * shard;
-  } else {  // optimizer + params: the compute-dtype shard too lives on the host and
-            // streams up before each gather; the GPU keeps only the gradient shard
-    host.master_params = (4 + ParamBytes()) * shard;
-    host.optimizer_state = 8 * shard;
-    host.grad_staging = 4 * staged;
-  }
-  if (plan_.OptimizerStateOnNvme()) {
-    // m and v move to the SSD; the host keeps the blocks they stream through.
-    std::vector<int64_t> shards;
-    for (const auto& u : program_.units) shards.push_back(u.padded_params / u.group_size);
-    host.optimizer_state = 0;
-    host.nvme_staging = NvmeStagingBytes(shards);
-    host.nvme_state = static_cast<double>(NvmeFileBytes(shards));
-  }
-}
-
-void ProgramBuilder::PlaceFixedMemory() {
-  PersistentMemory& pm = program_.persistent;
-  pm.cuda_context = profile_.device_kind == "cuda" ? profile_.cuda_context_bytes : 0;
-  pm.workspaces = profile_.workspace_bytes;
-  // Every micro-batch's tokens (int64 [micro_batch, seq + 1]) and RoPE's cos
-  // and sin tables ([seq, head_dim] in the compute dtype).
-  pm.step_inputs = static_cast<double>(plan_.grad_accum * plan_.micro_batch * (plan_.seq_len + 1)) * 8 +
-                   2.0 * static_cast<double>(plan_.seq_len * plan_.model.head_dim) * ParamBytes();
-  // One communicator per process group this plan uses: the shard group has
-  // two (gathers and reductions run on their own streams, as the program
-  // says), the replica and world groups one each when they have several ranks.
-  int comms = 0;
-  if (PlanShardGroup() > 1) comms += 2;
-  if (PlanReplicaGroups() > 1) comms += 1;
-  if (plan_.gpus > 1) comms += 1;
-  pm.collective_buffers = comms * profile_.collective_buffer_bytes;
-}
-
-void ProgramBuilder::DescribeRun() {
-  program_.micro_batch = plan_.micro_batch;
-  program_.seq_len = plan_.seq_len;
-  program_.loss_chunk_tokens = plan_.loss_chunk_tokens;
-  program_.compute_dtype = plan_.param_dtype;
-  program_.reduce_dtype = plan_.reduce_dtype;
-  program_.gpus = plan_.gpus;
-  program_.shard_group_size = plan_.shard_group_size;
-  program_.replica_groups = plan_.ReplicaGroups();
-  OffloadLayout& o = program_.offload;
-  o.optimizer_on_host = OffloadsOptimizer(plan_.offload);
-  o.master_on_host = OffloadsParams(plan_.offload);
-  o.staged_per_unit = plan_.StagesEveryUnit();
-  if (o.optimizer_on_host) o.staging_buffers = o.staged_per_unit ? NumUnits() : std::min(kOffloadStagingSlots, NumUnits());
+  PlaceFixedMemory(plan_, profile_, pm);
 }
 
 int ProgramBuilder::Add(StepOp op) {
@@ -212,7 +228,8 @@ bool ProgramBuilder::AdamWReadsComputeGrad() const {
 }
 
 bool ProgramBuilder::KeepsParamsThroughBackward(int u) const {
-  return plan_.strategy == ShardingStrategy::kShardGradOp || UnitAt(u).kind == UnitKind::kHead || TiedEmbedding(u);
+  const bool tied_embedding = plan_.model.tied_embeddings && u == 0;  // the head uses it
+  return plan_.strategy == ShardingStrategy::kShardGradOp || UnitAt(u).kind == UnitKind::kHead || tied_embedding;
 }
 
 bool ProgramBuilder::KeepsComputeShard(int u) const {

@@ -43,17 +43,8 @@ class ProgramBuilder {
 
  private:
   // --- program_builder.cc: the program's frame ---
-  void MakeUnits();
-  void MakePersistent();
-  // Where the fp32 master, gradient and AdamW state live (Plan::offload):
-  // on the device, or pinned on the host. `shard`: this rank's elements over
-  // every unit; `staged`: those of the offloaded optimizer's host staging.
-  void PlaceTrainingState(double shard, double staged);
-  // The rest of the device's step-long memory: CUDA context, workspaces,
-  // the step's inputs, the communicators' buffers.
-  void PlaceFixedMemory();
-  // StepProgram's batch, dtypes, groups and offload layout.
-  void DescribeRun();
+  void MakeUnits();       // the units, and the phases' state sized for them
+  void MakePersistent();  // the device's and the host's memory for the whole step
   int Add(StepOp op);  // assigns the id, tidies deps; returns the id
   // "<what> <unit>[ bwd][ mb <mb>]", e.g. "all-gather block 3 bwd mb 0"
   // (mb < 0: none). Empty without op_names_.
@@ -123,7 +114,6 @@ class ProgramBuilder {
 
   // --- what the phases ask of the plan and the units ---
   int PlanShardGroup() const { return plan_.shard_group_size; }
-  int PlanReplicaGroups() const { return plan_.ReplicaGroups(); }
   const Unit& UnitAt(int u) const { return program_.units[u]; }
   int NumUnits() const { return static_cast<int>(program_.units.size()); }
   // Unit u's own shard group and replicas (an edge unit kept whole: 1 and gpus).
@@ -131,18 +121,11 @@ class ProgramBuilder {
   int Replicas(int u) const { return plan_.UnitReplicas(u); }
   double PaddedParams(int u) const { return static_cast<double>(UnitAt(u).padded_params); }
   double ShardParams(int u) const { return PaddedParams(u) / ShardGroup(u); }  // this rank's elements of unit u
-  // The group a unit's gradient all-reduce runs in: the replica group, or the
-  // whole job for an edge unit kept whole under a sharded strategy.
-  CommGroup ReplicaGroupOf(int u) const {
-    return UnitAt(u).resident && Sharded() ? CommGroup::kWorld : CommGroup::kReplica;
-  }
-  bool Sharded() const { return plan_.strategy != ShardingStrategy::kNoShard; }
   bool GroupSpansNodes(int group) const { return group > plan_.gpus_per_node; }
   double ReduceBytes() const { return DTypeBytes(plan_.reduce_dtype); }
   double ParamBytes() const { return DTypeBytes(plan_.param_dtype); }
   // gradient_path.h: AdamW reads each unit's compute-dtype gradient; no fp32 one.
   bool AdamWReadsComputeGrad() const;
-  bool TiedEmbedding(int u) const { return plan_.model.tied_embeddings && u == 0; }
   bool GathersParams(int u) const { return !UnitAt(u).resident; }
   bool Recomputed(int u) const { return UnitAt(u).kind == UnitKind::kBlock && plan_.IsCheckpointed(UnitAt(u).layer); }
   // The (vocab x hidden) matrix the head multiplies by: its own or, tied, the embedding's.

@@ -1,6 +1,6 @@
 // ToIssueOrder: from the builder's logical order (forward unit by unit, then
-// backward, then the step's end) to the order the host issues ops in. See
-// program_builder.h.
+// backward, then the step's end) to the order the host issues ops in (see
+// program_builder.h).
 //
 // Why hoist: a collective's stream waits for the compute work issued before
 // it (rule 5 of step_program.h). Left at its logical place, "all-gather unit
@@ -63,7 +63,7 @@ void ToIssueOrder(StepProgram& program) {
   std::vector<int> new_id(n, -1);
   for (size_t i = 0; i < order.size(); ++i) new_id[order[i]] = static_cast<int>(i);
   // Into issue order in place, cycle by cycle of the permutation: a second
-  // array of ops was 1.4 MB per 70B program, fresh pages every time.
+  // array of ops would be 1.4 MB per 70B program, fresh pages every time.
   std::vector<char> placed(n, 0);
   for (size_t start = 0; start < n; ++start) {
     if (placed[start]) continue;

@@ -9,14 +9,14 @@
 // and recorded as a MemoryTemplate; every call of it in the program appends
 // the recording with its tensors renumbered (Stamp). The events and ids are
 // those the call itself would have made, in the same order: ids are handed
-// out in allocation order either way. Building the search's programs spent a
-// third of its time inside those calls and the registry.
+// out in allocation order either way. Run afresh each time, those calls and
+// the registry take a third of the time the search spends building programs.
 //
 // What makes a recording valid for every call of it: a memory-model function
 // sees only its arguments (the shape, flags, sizes) and tensor ids, which it
 // passes on or frees but never inspects, so its events depend on the ids it
 // is given only through which of them are -1. A recording is therefore kept
-// per call and pattern of absent inputs (MemoryCallKey).
+// per call and pattern of absent inputs (RecordedMemoryCalls).
 #pragma once
 
 #include <cstdint>
