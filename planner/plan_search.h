@@ -7,7 +7,7 @@
 //
 // The search never prices a plan itself: it asks a PlanEvaluator (in practice
 // the simulator's EvaluatePlan), so what the search reports for a plan is what
-// `llmplan simulate` says for it.
+// `llmplan simulate` says for it. How it searches: plan_search.cc.
 #pragma once
 
 #include <functional>
@@ -100,7 +100,7 @@ int64_t SearchGradAccumLimit(const ModelSpec& model);
 SearchResult SearchPlans(const SearchRequest& request, const HardwareProfile& profile,
                          const PlanEvaluator& evaluate);
 
-// --- Checkpointed-layer selection (exposed for tests) ---
+// --- Checkpointed-layer selection (the search's greedy order, exposed for tests) ---
 // Per block: bytes kept until backward without / with checkpointing, and the
 // seconds recompute costs.
 struct LayerCheckpointCost {
@@ -116,13 +116,13 @@ struct LayerCheckpointCost {
 double ActivationPeak(const std::vector<LayerCheckpointCost>& layers, const std::vector<bool>& checkpointed,
                       double head_bytes, double working_bytes);
 
-// Greedily checkpoints the block that lowers ActivationPeak most per second of
-// recompute until the peak is at most `budget_bytes`, starting from `start`.
-// Returns the chosen flags; if the budget cannot be met, checkpoints every
-// block that lowers the peak.
-// The blocks ChooseCheckpointLayers would add, in the order it adds them.
+// The blocks to checkpoint on top of `start`, in the order chosen: greedily
+// the one that lowers ActivationPeak most per second of recompute (ties: the
+// farthest from those chosen), until the peak is at most `budget_bytes`; if
+// the budget cannot be met, every block that lowers the peak.
 std::vector<int> CheckpointOrder(const std::vector<LayerCheckpointCost>& layers, double head_bytes,
                                  double working_bytes, double budget_bytes, std::vector<bool> start = {});
+// `start` with CheckpointOrder's blocks added: one flag per block.
 std::vector<bool> ChooseCheckpointLayers(const std::vector<LayerCheckpointCost>& layers, double head_bytes,
                                          double working_bytes, double budget_bytes, std::vector<bool> start = {});
 

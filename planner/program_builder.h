@@ -60,6 +60,8 @@ class ProgramBuilder {
 
   // --- program_forward.cc ---
   // Micro-batch mb's forward, unit by unit; fills `results` for its backward.
+  // Gathers and releases through gathered_; waits for host_'s updates;
+  // makes the fused loss's gradient in grads_.
   void Forward(int mb, ForwardResults& results);
   int Gather(int u, int mb, bool backward);
   int Release(int u, int mb, int after, bool backward);
@@ -70,6 +72,8 @@ class ProgramBuilder {
 
   // --- program_backward.cc ---
   // Micro-batch mb's backward from the head down, on `results` of its forward.
+  // Takes each unit's gradient in grads_ to its reduction (grads_.final_op on
+  // the last micro-batch); the delayed update's host ops go in host_.
   void Backward(int mb, ForwardResults& results);
   int GatherForBackward(int u, int mb, const ForwardResults& results);
   int Recompute(int u, int mb, std::vector<int> deps, std::vector<int>& saved);
@@ -91,6 +95,7 @@ class ProgramBuilder {
   void AfterReduction(int u, int reduced, bool last_mb);
 
   // --- program_step_end.cc ---
+  // On grads_ (every reduction in), then the clip op and the last loss.
   int ClipGradients();  // returns the clipping op: every optimizer update waits for it
   int GradNorm();       // this rank's sum of squares, once every reduction is in
   void OptimizerStep(int clip);
@@ -98,6 +103,7 @@ class ProgramBuilder {
   void LossAllReduce(int loss);
 
   // --- program_offload.cc ---
+  // The chain of host ops in host_, placed by the forward and the backward.
   // Unit u's final fp32 gradient shard down to its host staging once op
   // `after` (-1: none) has ended.
   void CopyGradientsToHost(int u, int after);
