@@ -64,6 +64,9 @@ class ProgramBuilder {
   // makes the fused loss's gradient in grads_.
   void Forward(int mb, ForwardResults& results);
   int Gather(int u, int mb, bool backward);
+  // Parameters kept on the host: unit u's compute-dtype shard streams in just
+  // before its gather, after `deps` (the gather's own waits).
+  int CopyParamsForGather(int u, int mb, bool backward, const std::vector<int>& deps);
   int Release(int u, int mb, int after, bool backward);
   int UnitForward(int u, int mb, bool waits_for_update, ForwardResults& results);
   // Makes unit u's compute-dtype gradient in `op` unless it exists: its
@@ -99,6 +102,7 @@ class ProgramBuilder {
   int ClipGradients();  // returns the clipping op: every optimizer update waits for it
   int GradNorm();       // this rank's sum of squares, once every reduction is in
   void OptimizerStep(int clip);
+  int AdamW(int u, std::vector<int> deps);  // unit u's fused AdamW on the GPU
   int CopyMasterUp(int u, int clip);  // offload params: unit u's fp32 master shard
   void LossAllReduce(int loss);
 

@@ -76,14 +76,7 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
   if (mb == 0 && !backward) deps.push_back(host_.params_ready[u]);  // the step's first use of the updated shard
   const bool params_offloaded = OffloadsParams(plan_.offload) && OffloadsOptimizer(plan_.offload);
   const int group = ShardGroup(u);
-  if (params_offloaded) {
-    // The bf16 shard streams in from the host just before its gather.
-    StepOp copy = HostCopy(OpKind::kCopyParamsForGather, u, "h2d params", bytes / group, mb, backward);
-    copy.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, bytes / group});
-    copy.deps.reserve(deps.size() + 1);
-    copy.deps.assign(deps.begin(), deps.end());
-    deps.push_back(Add(std::move(copy)));
-  }
+  if (params_offloaded) deps.push_back(CopyParamsForGather(u, mb, backward, deps));
   op.kind = OpKind::kAllGather;
   op.stream = StreamKind::kGather;
   op.group = CommGroup::kShard;
@@ -120,6 +113,15 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
   const int id = Add(std::move(op));
   gathered_.Gathered(u, id, buffer, kept);
   return id;
+}
+
+int ProgramBuilder::CopyParamsForGather(int u, int mb, bool backward, const std::vector<int>& deps) {
+  const double bytes = ParamBytes() * PaddedParams(u) / ShardGroup(u);
+  StepOp copy = HostCopy(OpKind::kCopyParamsForGather, u, "h2d params", bytes, mb, backward);
+  copy.alloc_at_start.push_back({MemoryCategory::kOffloadStaging, bytes});
+  copy.deps.reserve(deps.size() + 1);
+  copy.deps.assign(deps.begin(), deps.end());
+  return Add(std::move(copy));
 }
 
 int ProgramBuilder::Release(int u, int mb, int after, bool backward) {

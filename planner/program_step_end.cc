@@ -63,7 +63,6 @@ void ProgramBuilder::OptimizerStep(int clip) {
   // brings its gradients down and the host applies them (UpdateOnHost).
   if (OffloadsOptimizer(plan_.offload)) return;
   const bool master_on_host = OffloadsParams(plan_.offload);
-  const bool scales_before_adamw = plan_.optimizer.grad_clip > 0 && profile_.device_kind == "cpu";
   // Offload params: unit u + 1's master comes up while unit u's goes back
   // down (the copy engines run both directions at once), so it is issued
   // before that copy down. Issued after it, its copy stream would wait for
@@ -73,40 +72,45 @@ void ProgramBuilder::OptimizerStep(int clip) {
   int master_in = master_on_host && NumUnits() > 0 ? CopyMasterUp(0, clip) : -1;
   int master_down = -1;  // the previous unit's copy down
   for (int u = 0; u < NumUnits(); ++u) {
-    const double shard = ShardParams(u);
-    StepOp op;
-    op.kind = OpKind::kOptimizerStep;
-    op.stream = StreamKind::kCompute;
-    op.unit = u;
-    op.name = OpName("adamw", u);
     // With the master on the host the compute stream also waits for the
     // previous unit's copy down: its staging bytes go back to the compute
     // stream's pool for this unit's to reuse (the executor's CopyGradsToHost).
-    op.deps = {clip, master_in, master_down};
-    // Fused AdamW reads param, grad, m, v (fp32) and writes param, m, v and
-    // the bf16 compute copy: 30 bytes per parameter of HBM traffic. A CPU
-    // run's ATen AdamW first scales the gradient for clipping (read and
-    // write it; priced as if the norm exceeds the limit, as early in training).
-    op.work.elementwise_bytes = 30 * shard + (scales_before_adamw ? 8 * shard : 0);
-    op.work.launches = 1;
-    // No compute copy to write where gathers cast the master themselves (one
-    // GPU's full_shard, Plan::cast_at_gather).
-    if (!KeepsComputeShard(u)) op.work.elementwise_bytes -= ParamBytes() * shard;
-    if (AdamWReadsComputeGrad()) {
-      // The gradient is read in the compute dtype (gradient_path.h), and its
-      // buffer goes back to the allocator once the update is issued.
-      op.work.elementwise_bytes -= (4 - ParamBytes()) * shard;
-      tensors_.Free(grads_.compute[u], op.alloc_at_start);
-      grads_.compute[u] = -1;
-    }
-    const int step = Add(std::move(op));
+    const int step = AdamW(u, {clip, master_in, master_down});
     if (!master_on_host) continue;
     master_in = u + 1 < NumUnits() ? CopyMasterUp(u + 1, clip) : -1;
-    StepOp out = HostCopy(OpKind::kCopyMasterToHost, u, "d2h master", 4 * shard);
+    StepOp out = HostCopy(OpKind::kCopyMasterToHost, u, "d2h master", 4 * ShardParams(u));
     out.deps = {step};
-    out.free_at_end.push_back({MemoryCategory::kOffloadStaging, -4 * shard});
+    out.free_at_end.push_back({MemoryCategory::kOffloadStaging, -4 * ShardParams(u)});
     master_down = Add(std::move(out));
   }
+}
+
+int ProgramBuilder::AdamW(int u, std::vector<int> deps) {
+  const double shard = ShardParams(u);
+  const bool scales_before_adamw = plan_.optimizer.grad_clip > 0 && profile_.device_kind == "cpu";
+  StepOp op;
+  op.kind = OpKind::kOptimizerStep;
+  op.stream = StreamKind::kCompute;
+  op.unit = u;
+  op.name = OpName("adamw", u);
+  op.deps = std::move(deps);
+  // Fused AdamW reads param, grad, m, v (fp32) and writes param, m, v and
+  // the bf16 compute copy: 30 bytes per parameter of HBM traffic. A CPU
+  // run's ATen AdamW first scales the gradient for clipping (read and
+  // write it; priced as if the norm exceeds the limit, as early in training).
+  op.work.elementwise_bytes = 30 * shard + (scales_before_adamw ? 8 * shard : 0);
+  op.work.launches = 1;
+  // No compute copy to write where gathers cast the master themselves (one
+  // GPU's full_shard, Plan::cast_at_gather).
+  if (!KeepsComputeShard(u)) op.work.elementwise_bytes -= ParamBytes() * shard;
+  if (AdamWReadsComputeGrad()) {
+    // The gradient is read in the compute dtype (gradient_path.h), and its
+    // buffer goes back to the allocator once the update is issued.
+    op.work.elementwise_bytes -= (4 - ParamBytes()) * shard;
+    tensors_.Free(grads_.compute[u], op.alloc_at_start);
+    grads_.compute[u] = -1;
+  }
+  return Add(std::move(op));
 }
 
 int ProgramBuilder::CopyMasterUp(int u, int clip) {
