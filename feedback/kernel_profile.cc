@@ -4,13 +4,17 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <initializer_list>
+#include <iostream>
 #include <map>
 #include <ostream>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "base/json_read.h"
 #include "base/user_error.h"
 
@@ -248,6 +252,23 @@ nlohmann::json KernelProfileJson(const KernelProfile& p, int top) {
   }
   j["kernels"] = kernels;
   return j;
+}
+
+void WriteKernelProfile(int64_t step, const std::string& trace_path, bool progress) {
+  // Read back from the file, not from Kineto's event objects (whose accessors
+  // differ between LibTorch versions): one reader for llmplan's traces and a
+  // PyTorch peer's, as `llmplan kernels` sums them up.
+  const KernelProfile profile = SummarizeKernels(ReadDeviceEvents(trace_path));
+  nlohmann::json j = KernelProfileJson(profile, /*top=*/40);
+  j["step"] = step;
+  j["trace"] = std::filesystem::path(trace_path).filename().string();
+  const std::filesystem::path out = std::filesystem::path(trace_path).parent_path() / "kernel_profile.json";
+  WriteFileAtomically(out.string(), j.dump(1) + "\n", "kernel profile");
+  if (progress) {
+    std::ostringstream text;
+    PrintKernelProfile(text, profile, /*top=*/12);
+    std::cerr << "kernel trace of step " << step << " (" << trace_path << "):\n" << text.str() << std::flush;
+  }
 }
 
 }  // namespace llmplan

@@ -122,4 +122,11 @@ void PrintKernelProfile(std::ostream& out, const KernelProfile& profile, int top
 //  "kernels": [{"name", "class", "count", "total_s"}] (the `top` first)}
 nlohmann::json KernelProfileJson(const KernelProfile& profile, int top);
 
+// What `llmplan run --kernel-trace STEP` makes of the traced step: the trace
+// at `trace_path` summed up into kernel_profile.json beside it (the top 40
+// kernels, with "step" and "trace" added), and, when `progress`, the summary
+// (top 12) on stderr. Throws UserError when the trace cannot be read or the
+// file cannot be written.
+void WriteKernelProfile(int64_t step, const std::string& trace_path, bool progress);
+
 }  // namespace llmplan

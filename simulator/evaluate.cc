@@ -179,7 +179,10 @@ Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile
 
 Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate) {
   // Only the Estimate leaves: no op is named.
-  StepProgram program = BuildEvaluatedProgram(plan, profile, evaluate, /*op_names=*/false);
+  return EvaluateProgram(plan, profile, BuildEvaluatedProgram(plan, profile, evaluate, /*op_names=*/false));
+}
+
+Estimate EvaluateProgram(const Plan& plan, const HardwareProfile& profile, const StepProgram& program) {
   CostModel cost(profile);
   SimulationOptions options;
   options.track_memory = false;  // the Estimate's memory comes from ReplayMemory

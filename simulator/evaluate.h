@@ -32,6 +32,10 @@ struct Evaluation {
 Evaluation EvaluatePlanInDetail(const Plan& plan, const HardwareProfile& profile, bool record_timeline = false,
                                 const EvaluateOptions& evaluate = {});
 Estimate EvaluatePlan(const Plan& plan, const HardwareProfile& profile, const EvaluateOptions& evaluate = {});
+// EvaluatePlan of a program already built for the plan (BuildStepProgram or
+// BuildEvaluatedProgram): `llmplan run` predicts the very program it runs.
+// REQUIRES: program was built from plan and profile.
+Estimate EvaluateProgram(const Plan& plan, const HardwareProfile& profile, const StepProgram& program);
 
 // The step program of `plan` with what `evaluate` adds to it (the host's
 // checkpoint staging); `op_names` as BuildStepProgram's.

@@ -6,12 +6,10 @@
 
 #include "executor/hardware/direct_file.h"
 #include "executor/hardware/host_info.h"
-#include "executor/step/out_of_memory.h"
 #include "base/format.h"
-#include "planner/hardware_profile.h"
 #include "planner/memory_model.h"
 #include "planner/memory_timeline.h"
-#include "planner/program_builder.h"
+#include "planner/replan_advice.h"
 #include "base/user_error.h"
 
 namespace llmplan::executor {
@@ -66,31 +64,22 @@ int CheckpointStagingRanksOnNode(bool ckpt_async, int shard_group_size, int rank
   return std::clamp(shard_group_size - node_first_rank, 0, local_world_size);
 }
 
-void CheckPlanFitsHost(const Plan& plan, const at::Device& device, int ranks_on_node, int staging_ranks_on_node) {
+void CheckPlanFitsHost(const Plan& plan, const StepProgram& program, const at::Device& device, int ranks_on_node,
+                       int staging_ranks_on_node) {
   // A GPU run without offload or staging keeps nothing of the plan's on the host.
   if (!device.is_cpu() && plan.offload == Offload::kNone && staging_ranks_on_node == 0) return;
-  HardwareProfile profile;
-  try {
-    profile = LoadHardwareProfile(plan.profile);
-  } catch (const UserError&) {
-    profile.name = plan.profile;  // the run trains with defaults too (trainer.cc's ProfileOrDefault)
-  }
-  const StepProgram program = BuildStepProgram(plan, profile);
   CheckHostMemory(plan, PredictHostMemory(program, device.is_cpu(), ranks_on_node, staging_ranks_on_node),
                   ReadHostInfo().available_bytes);
 }
 
-void CheckNvmeDirectory(const Plan& plan, const std::string& dir, int ranks_on_node) {
+void CheckNvmeDirectory(const StepProgram& program, const std::string& dir, int ranks_on_node) {
   if (dir.empty())
     throw UserError("the plan keeps AdamW's state on NVMe (offload_to nvme): give a directory on a local SSD with "
                     "--nvme-dir DIR");
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw UserError("--nvme-dir " + dir + " is not a directory" + (ec ? " (" + ec.message() + ")" : std::string()));
-  // The state's size needs no profile: the builder's defaults give the same units.
-  HardwareProfile profile;
-  profile.name = plan.profile;
-  const double each = BuildStepProgram(plan, profile).host.nvme_state;
+  const double each = program.host.nvme_state;
   const double needed = each * ranks_on_node;
   const int64_t free = FreeDiskBytes(dir);
   if (free >= 0 && needed > static_cast<double>(free))

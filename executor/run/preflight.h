@@ -66,23 +66,23 @@ void CheckHostMemory(const Plan& plan, const StepProgram& program, int ranks_on_
 int CheckpointStagingRanksOnNode(bool ckpt_async, int shard_group_size, int rank, int local_rank, int local_world_size);
 
 // For `llmplan run`, before anything is allocated: CheckHostMemory with the
-// plan's step program (built with the plan's profile, or defaults when it is
-// not here) and /proc/meminfo's MemAvailable. `staging_ranks_on_node`: this
+// run's step program and /proc/meminfo's MemAvailable. `staging_ranks_on_node`: this
 // node's ranks that stage --ckpt-async checkpoints (0 without it). The
 // device's own memory is not judged here (on a GPU the out-of-memory message
 // does it, out_of_memory.h).
-// REQUIRES: plan is valid, ranks_on_node >= 1, 0 <= staging_ranks_on_node <=
-// ranks_on_node. Throws UserError as above.
-void CheckPlanFitsHost(const Plan& plan, const at::Device& device, int ranks_on_node, int staging_ranks_on_node = 0);
+// REQUIRES: plan is valid, program built from it, ranks_on_node >= 1,
+// 0 <= staging_ranks_on_node <= ranks_on_node. Throws UserError as above.
+void CheckPlanFitsHost(const Plan& plan, const StepProgram& program, const at::Device& device, int ranks_on_node,
+                       int staging_ranks_on_node = 0);
 
-// NVMe offload (plan.OptimizerStateOnNvme()): `dir` was given, is a
+// NVMe offload (the plan's OptimizerStateOnNvme()): `dir` was given, is a
 // directory, and its filesystem has room for the AdamW state files of the
-// node's `ranks_on_node` ranks (StepProgram::host.nvme_state each; free space
+// node's `ranks_on_node` ranks (program.host.nvme_state each; free space
 // as statvfs reports it to this user).
-// REQUIRES: plan is valid, ranks_on_node >= 1. Throws UserError in one line
+// REQUIRES: ranks_on_node >= 1. Throws UserError in one line
 // that says what is missing, e.g.
 //   --nvme-dir /scratch has 20.1 GiB free, but 2 ranks' AdamW state needs 23.4 GiB
 //   (11.7 GiB each); free space there, give another directory, or plan for more GPUs
-void CheckNvmeDirectory(const Plan& plan, const std::string& dir, int ranks_on_node);
+void CheckNvmeDirectory(const StepProgram& program, const std::string& dir, int ranks_on_node);
 
 }  // namespace llmplan::executor

@@ -1,8 +1,8 @@
 // Trainer: the training loop of `llmplan run`, reading top to bottom in one
-// place (trainer.cc's Train): build the model from the plan, its flat units,
-// the optimizer, the step program and its interpreter; then for each step take
-// grad_accum micro-batches, run the step (forward, backward, clip, AdamW) and
-// log metrics.
+// place (trainer.cc's Train): set up the rank (rank_setup.h); build the model,
+// its sharded units, the optimizer and the step interpreter over the run's
+// StepProgram (training_state.h); then for each step take its micro-batches,
+// run the program, report (run_report.h) and checkpoint (run_checkpoints.h).
 //
 // Everything that decides what the run computes is explicit and plain data:
 // the seed (plan.seed: initial weights), the data position (the BatchSource's
@@ -16,9 +16,12 @@
 #include <string>
 
 #include "executor/run/bad_step.h"
+#include "executor/run/kernel_trace.h"
 #include "executor/run/metrics.h"
 #include "executor/run/run_directory.h"
+#include "planner/hardware_profile.h"
 #include "planner/plan.h"
+#include "planner/step_program.h"
 
 namespace llmplan::executor {
 
@@ -26,6 +29,12 @@ class BatchSource;
 
 struct TrainConfig {
   Plan plan;
+  // Made from the plan above the executor, once (llmplan run:
+  // tools/cli/run_command.cc), and handed in:
+  HardwareProfile profile;  // the plan's: MFU's peak, the price per GPU-hour (defaults when it is not here)
+  StepProgram program;      // BuildStepProgram(plan, profile): what every step runs
+  double predicted_tokens_per_s_per_gpu = 0;  // the simulator's prediction for the program (0: none)
+  KernelTraceReader read_kernel_trace;        // what --kernel-trace's trace is summed up with (may be empty)
   int64_t steps = 0;            // train until this many optimizer steps were taken (a resumed run counts its earlier ones)
   std::string run_dir;          // metrics.jsonl, summary.json, ...; empty: write nothing
   RunDirectoryMode run_dir_mode = RunDirectoryMode::kNew;  // an earlier run in run_dir: refuse, continue or replace
@@ -103,7 +112,9 @@ struct TrainConfig {
 // cuda:LOCAL_RANK. Rank 0 alone writes the run directory: metrics.jsonl,
 // summary.json, and at the end final.safetensors — every parameter in fp32
 // under its Hugging Face name and shape (the master shards all-gathered).
-// REQUIRES: nothing. Throws UserError for an invalid plan, a plan this
+// REQUIRES: config.program was built from config.plan (the batch shape,
+// groups and units agree, else std::invalid_argument). Throws UserError for
+// an invalid plan, a plan this
 // executor cannot run (parameter offload), a world size other than
 // plan.gpus, no CUDA device when one is asked for, or a bad batch;
 // CollectiveError when the ranks cannot connect; std::runtime_error for a

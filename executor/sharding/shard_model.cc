@@ -12,9 +12,9 @@
 
 namespace llmplan::executor {
 
-at::ScalarType ComputeDtype(const Plan& plan) {
-  return plan.param_dtype == DType::kBF16 ? at::kBFloat16 : at::kFloat;
-}
+at::ScalarType ScalarTypeOf(DType dtype) { return dtype == DType::kBF16 ? at::kBFloat16 : at::kFloat; }
+
+at::ScalarType ComputeDtype(const Plan& plan) { return ScalarTypeOf(plan.param_dtype); }
 
 std::vector<FlatUnit> MakeFlatUnits(const LlamaModel& model, const at::Device& device, at::ScalarType compute_dtype,
                                     uint64_t seed) {

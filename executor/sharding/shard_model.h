@@ -22,7 +22,9 @@ namespace llmplan::executor {
 class Communicator;
 class CollectiveWatchdog;
 
-// The compute dtype a plan asks for.
+// LibTorch's name for a planner dtype.
+at::ScalarType ScalarTypeOf(DType dtype);
+// The compute dtype a plan asks for (ScalarTypeOf(plan.param_dtype)).
 at::ScalarType ComputeDtype(const Plan& plan);
 
 // One FlatUnit per model unit on `device` (unsharded), initialised with the

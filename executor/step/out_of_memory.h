@@ -3,7 +3,7 @@
 // a CPU run), in place of LibTorch's 30-frame backtrace. It names the op, says
 // what the allocator held when it failed and what the plan predicted (the
 // planner's memory model replayed over the same program), and how to plan
-// again one step further from the edge.
+// again one step further from the edge (run/replan_advice.h, handed in).
 //
 // Also a fault-injection hook for tests: LLMPLAN_TEST_OOM_AT="RANK:OP" makes
 // rank RANK allocate an impossible tensor (1 PiB) on its device just before
@@ -14,7 +14,6 @@
 
 #include <c10/core/Device.h>
 
-#include "planner/plan.h"
 #include "planner/step_program.h"
 #include "base/user_error.h"
 
@@ -32,17 +31,10 @@ struct MemoryAtFailure {
 //   allocated, 139.9 GiB reserved when it failed; the plan predicts a peak of 131.0
 //   GiB allocated (129.7 GiB after this op); plan again with the same pins and a
 //   smaller micro-batch: llmplan estimate --model llama3-8b ... --micro-batch 1
-// (one line).
+// (one line; `advice` is its end, after "; ", left out when empty).
 // REQUIRES: op is one of program's ops.
-UserError OutOfMemoryError(const Plan& plan, const StepProgram& program, const StepOp& op, int rank,
-                           const at::Device& device, const MemoryAtFailure& memory);
-
-// The advice alone: an `llmplan estimate` command with the plan's pins and one
-// change that lowers memory (the embedding and head sharded; else, for a
-// GPU's memory (`gpu_memory`), each gather casting its shard instead of a
-// kept bf16 copy; else half the micro-batch; else every block checkpointed;
-// else the optimizer offloaded; else more GPUs).
-std::string RePlanAdvice(const Plan& plan, bool gpu_memory);
+UserError OutOfMemoryError(const StepProgram& program, const StepOp& op, int rank, const at::Device& device,
+                           const MemoryAtFailure& memory, const std::string& advice);
 
 // The test hook (see above): allocates 1 PiB on `device` when
 // LLMPLAN_TEST_OOM_AT names this rank and op; else does nothing.

@@ -1,3 +1,65 @@
+// StepInterpreter (see step_interpreter.h).
+//
+// How each op kind runs (S = the unit's shard group size, R = its replicas; an
+// edge unit kept whole by replicate_edges has S = 1 on every rank):
+//   all-gather      S > 1: the compute-dtype shard all-gathered on the shard
+//                   group's gather communicator into the unit's compute buffer
+//                   (allocated at issue) — or, for a unit that keeps no
+//                   compute shard (cast at gather), a cast of the master made
+//                   on a side stream just before; S = 1: the fp32 master cast
+//                   into it.
+//   forward         the unit on the previous unit's output, detached (a fresh
+//                   leaf), so each unit's autograd graph ends at its own input;
+//                   under NoGradGuard when the program recomputes it later.
+//   recompute       the block's forward again, with grad.
+//   backward        torch::autograd::backward on that unit alone into its
+//                   compute-dtype gradient buffer (the head's from the loss,
+//                   seeded with 1 / grad_accum); S > 1: then the gradient is
+//                   cast to the reduce dtype (the reduce-scatter's private
+//                   input) and the compute-dtype buffer released.
+//   release         the gathered buffer's bytes back to the allocator.
+//   reduce-scatter  that copy, on the shard group's reduction communicator,
+//                   into a temporary shard.
+//   accumulate      the compute stream waits for it; grad += shard / S
+//                   (x gradient_scale); the temporaries are dropped.
+//   reduce-local    S = 1: grad += compute-dtype gradient (x gradient_scale),
+//                   the latter released.
+//   all-reduce      a unit's fp32 gradient summed over the replica group (it
+//                   was pre-scaled by 1/R, so the sum is the mean) — over the
+//                   world for an edge unit kept whole (replicate_edges).
+//   grad norm / all-reduce grad norm / clip
+//                   sum of squares of this rank's shards, summed over the shard
+//                   group only (replicas hold identical shards; a unit kept
+//                   whole counts on the group's first rank only), read on the
+//                   host, gradients scaled when above the limit.
+//   all-reduce step loss  over the world: the reported loss is the job's mean.
+//   adamw           the fused update of the unit's fp32 shard, writing the
+//                   compute-dtype shard the next gathers send.
+//   d2h grads / cpu adamw / h2d params   the offloaded optimizer: a step's
+//                   gradient shards stay unclipped (clip only reads the
+//                   norm) and are applied in the NEXT Run, beside its first
+//                   forward, by the threaded CPU AdamW (cpu_adamw.h) with
+//                   that step's learning rate and clipping factor, writing
+//                   pinned compute-dtype staging that is copied up into the
+//                   compute shard. Where the gradient waits
+//                   (OffloadLayout): staged per unit, each is copied
+//                   on its own stream into the unit's pinned host buffer in
+//                   its step's backward, right after its last reduction;
+//                   through the slots it stays in the unit's fp32 gradient
+//                   and the next Run copies it into pinned slot
+//                   u % kOffloadStagingSlots beside the update of the unit
+//                   before. The run's first step (and the step after
+//                   FinishUpdate) has nothing to apply: its cpu adamw and
+//                   h2d params ops (and, through the slots, its d2h grads)
+//                   run as no-ops.
+//   h2d master / adamw / d2h master   offload params: the fp32 master lives in
+//                   pinned host memory; a device copy of it exists only from
+//                   its h2d op to its d2h op, around the GPU AdamW.
+//   h2d params (before a gather)      offload optimizer+params: the
+//                   compute-dtype shard lives in pinned host memory (the CPU
+//                   AdamW writes it there) and is copied into a device buffer
+//                   just ahead of each gather, which sends it (or, on one GPU,
+//                   copies it into the compute buffer) and drops it.
 #include "executor/step/step_interpreter.h"
 
 #include <algorithm>
@@ -132,24 +194,23 @@ class StepInterpreter::CopyStreams {
 // ---------------------------------------------------------------------------
 // Set-up
 
-StepInterpreter::StepInterpreter(const Plan& plan, const LlamaModel& model, std::vector<FlatUnit>& units,
-                                 AdamW& optimizer, StepProgram program, const at::Device& device, StepComms comms)
-    : plan_(plan),
-      model_(model),
+StepInterpreter::StepInterpreter(StepProgram program, const LlamaModel& model, std::vector<FlatUnit>& units,
+                                 AdamW& optimizer, const at::Device& device, StepComms comms)
+    : model_(model),
       units_(units),
       optimizer_(optimizer),
       program_(std::move(program)),
       device_(device),
       comms_(comms),
-      offload_(OffloadsOptimizer(plan.offload)),
-      params_on_host_(OffloadsParams(plan.offload)),
-      stages_every_unit_(plan.StagesEveryUnit()),
+      offload_(program_.offload.optimizer_on_host),
+      params_on_host_(program_.offload.master_on_host),
+      stages_every_unit_(program_.offload.staged_per_unit),
       recorder_(device, std::max<int>(1, static_cast<int>(program_.ops.size()))),
       copies_(std::make_unique<CopyStreams>(device)) {
-  const int S = plan.shard_group_size, R = plan.ReplicaGroups();
+  const int S = program_.shard_group_size, R = program_.replica_groups;
   auto group_ok = [](Communicator* c, int size) { return size == 1 ? (c == nullptr || c->size() == 1) : (c && c->size() == size); };
   if (!group_ok(comms_.shard, S) || !group_ok(comms_.shard_reduce, S) || !group_ok(comms_.replica, R))
-    throw UserError("plan for " + std::to_string(plan.gpus) + " GPUs (shard groups of " + std::to_string(S) + ", " +
+    throw UserError("plan for " + std::to_string(program_.gpus) + " GPUs (shard groups of " + std::to_string(S) + ", " +
                     std::to_string(R) + " replica groups) but this process was given " +
                     (comms_.shard ? std::to_string(comms_.shard->size()) : std::string("no")) + " x " +
                     (comms_.replica ? std::to_string(comms_.replica->size()) : std::string("no")) +
@@ -169,19 +230,18 @@ StepInterpreter::StepInterpreter(const Plan& plan, const LlamaModel& model, std:
   }
   for (const auto& op : program_.ops) {
     if (op.kind == OpKind::kRecompute) recomputed_.insert({op.unit, op.micro_batch});
-    TORCH_CHECK(op.group != CommGroup::kWorld || plan.gpus == 1 || comms_.world != nullptr,
+    TORCH_CHECK(op.group != CommGroup::kWorld || program_.gpus == 1 || comms_.world != nullptr,
                 "op \"", op.name, "\" needs the world communicator");
   }
   if (offload_) {
     // The host staging the program's copies and updates use
-    // (Plan::offload_staging): a buffer per unit, or kOffloadStagingSlots
-    // slots the size of the largest unit's shard that the units take in
-    // turn. Unit u's is buffer u % buffers either way (HostGradFor).
+    // (OffloadLayout): a buffer per unit, or slots the size of the largest
+    // unit's shard that the units take in turn. Unit u's is buffer
+    // u % buffers either way (HostGradFor).
     int64_t largest = 0;
     for (const auto& unit : units_) largest = std::max(largest, unit.shard_numel());
-    const int units = static_cast<int>(units_.size());
-    const int buffers = stages_every_unit_ ? units : std::min(kOffloadStagingSlots, units);
-    for (int k = 0; k < buffers; ++k) {
+    TORCH_CHECK(program_.offload.staging_buffers >= 1, "an offloaded optimizer's program without host staging");
+    for (int k = 0; k < program_.offload.staging_buffers; ++k) {
       const int64_t numel = stages_every_unit_ ? units_[k].shard_numel() : largest;
       host_grads_.push_back(PinnedHostZeros(numel, at::kFloat));
       // With the parameters streamed, each unit's own compute shard is on the
@@ -189,7 +249,7 @@ StepInterpreter::StepInterpreter(const Plan& plan, const LlamaModel& model, std:
       if (!params_on_host_) host_compute_.push_back(PinnedHostZeros(numel, units_[k].compute_dtype()));
     }
   }
-  rope_ = model.MakeRopeTable(plan.seq_len, device, ComputeDtype(plan));
+  rope_ = model.MakeRopeTable(program_.seq_len, device, ScalarTypeOf(program_.compute_dtype));
 }
 
 StepInterpreter::~StepInterpreter() {
@@ -258,17 +318,17 @@ void StepInterpreter::WaitForDeps(const StepOp& op) {
 // The step
 
 StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
-  if (static_cast<int64_t>(micro_batches.size()) != plan_.grad_accum)
-    throw UserError("step needs " + std::to_string(plan_.grad_accum) + " micro-batches, got " +
+  if (static_cast<int64_t>(micro_batches.size()) != program_.micro_batches)
+    throw UserError("step needs " + std::to_string(program_.micro_batches) + " micro-batches, got " +
                     std::to_string(micro_batches.size()));
   const int64_t vocab = model_.spec().vocab;
   inputs_.clear();
   targets_.clear();
   for (const auto& tokens : micro_batches) {
-    if (tokens.dim() != 2 || tokens.size(0) != plan_.micro_batch || tokens.size(1) != plan_.seq_len + 1 ||
+    if (tokens.dim() != 2 || tokens.size(0) != program_.micro_batch || tokens.size(1) != program_.seq_len + 1 ||
         tokens.scalar_type() != at::kLong)
-      throw UserError("micro-batch must be int64 [" + std::to_string(plan_.micro_batch) + ", " +
-                      std::to_string(plan_.seq_len + 1) + "], got " + tokens.toString() + " " +
+      throw UserError("micro-batch must be int64 [" + std::to_string(program_.micro_batch) + ", " +
+                      std::to_string(program_.seq_len + 1) + "], got " + tokens.toString() + " " +
                       c10::str(tokens.sizes()));
     if (tokens.device().is_cpu()) {
       // A few thousand ints: negligible next to the step. On the GPU an
@@ -279,8 +339,8 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
                         std::to_string(vocab) + ")");
     }
     at::Tensor on_device = tokens.to(device_, /*non_blocking=*/true);
-    inputs_.push_back(on_device.narrow(1, 0, plan_.seq_len));
-    targets_.push_back(on_device.narrow(1, 1, plan_.seq_len).reshape({-1}));
+    inputs_.push_back(on_device.narrow(1, 0, program_.seq_len));
+    targets_.push_back(on_device.narrow(1, 1, program_.seq_len).reshape({-1}));
   }
   TORCH_CHECK(pending_.empty(), "a previous step left collectives in flight");
   // Each unit's first reduction this step writes its gradient shard (no
@@ -315,7 +375,8 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
     } catch (const c10::Error& e) {
       if (!compat::IsOutOfMemory(e)) throw;
       const compat::MemoryStats stats = compat::ReadMemoryStats(device_, ProcessPeakRssBytes());
-      throw OutOfMemoryError(plan_, program_, op, rank, device_, MemoryAtFailure{stats.allocated, stats.reserved});
+      throw OutOfMemoryError(program_, op, rank, device_, MemoryAtFailure{stats.allocated, stats.reserved},
+                             out_of_memory_advice_);
     }
     recorder_.AfterIssue(op.id);
     executed_.push_back(op.id);
@@ -328,7 +389,7 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   optimizer_.FinishStep();
   result.measurement = recorder_.Finish();  // waits for the device
   const double ranks = comms_.world != nullptr ? comms_.world->size() : 1;
-  result.loss = loss_sum_.item<double>() / ranks / static_cast<double>(plan_.grad_accum);
+  result.loss = loss_sum_.item<double>() / ranks / static_cast<double>(program_.micro_batches);
   result.grad_norm = grad_norm_;
   result.update_skipped = skip_update_;
   result.executed = executed_;
@@ -377,16 +438,16 @@ void StepInterpreter::Perform(const StepOp& op) {
     case OpKind::kClipGradients: on_compute([&] { ClipGradients(op); }); break;
     case OpKind::kAllReduceLoss: AllReduceLoss(op); break;
     case OpKind::kOptimizerStep: on_compute([&] { OptimizerStep(op); }); break;
-    case OpKind::kCopyGradsToHost:
-    case OpKind::kCopyMasterToHost: CopyGradsToHost(op); break;
+    case OpKind::kCopyGradsToHost: CopyGradsToHost(op); break;
+    case OpKind::kCopyMasterToHost: CopyMasterToHost(op); break;
     case OpKind::kCpuOptimizerStep:
       recorder_.Start(op.id, Where::kHost);
       CpuOptimizerStep(op);
       recorder_.Stop(op.id, Where::kHost);
       break;
-    case OpKind::kCopyParamsToDevice:
-    case OpKind::kCopyParamsForGather:
-    case OpKind::kCopyMasterToDevice: CopyParamsToDevice(op); break;
+    case OpKind::kCopyParamsToDevice: CopyParamsToDevice(op); break;
+    case OpKind::kCopyParamsForGather: CopyParamsForGather(op); break;
+    case OpKind::kCopyMasterToDevice: CopyMasterToDevice(op); break;
   }
 }
 
@@ -425,7 +486,7 @@ void StepInterpreter::Forward(int unit, int mb) {
       at::Tensor normed = model_.FinalNorm(params, a.input);
       at::Tensor weight = model_.OutputWeight(params, units_.at(model_.embedding_unit()).params());
       a.output = ChunkedCrossEntropy(normed.reshape({-1, normed.size(-1)}), weight, targets_[mb],
-                                     plan_.loss_chunk_tokens, fused, fused ? weight.grad() : at::Tensor());
+                                     program_.loss_chunk_tokens, fused, fused ? weight.grad() : at::Tensor());
       loss_sum_ += a.output.detach();
       break;
     }
@@ -447,7 +508,7 @@ void StepInterpreter::Backward(int unit, int mb) {
   if (kind == UnitKind::kHead && model_.spec().tied_embeddings)
     units_.at(model_.embedding_unit()).MaterializeComputeGrad();
   if (kind == UnitKind::kHead) {
-    at::Tensor seed = at::full({}, 1.0 / static_cast<double>(plan_.grad_accum), a.output.options());
+    at::Tensor seed = at::full({}, 1.0 / static_cast<double>(program_.micro_batches), a.output.options());
     torch::autograd::backward({a.output}, {seed});
   } else {
     TORCH_CHECK(kind != UnitKind::kBlock || a.output.requires_grad(), "backward of unit ", unit, " micro-batch ", mb,
@@ -466,7 +527,7 @@ void StepInterpreter::Backward(int unit, int mb) {
   // reduced with the embedding, whose backward comes last.
   at::NoGradGuard no_grad;
   FlatUnit& u = units_.at(unit);
-  const at::ScalarType reduce = plan_.reduce_dtype == DType::kBF16 ? at::kBFloat16 : at::kFloat;
+  const at::ScalarType reduce = ScalarTypeOf(program_.reduce_dtype);
   reduce_input_[unit] = u.ComputeGradIn(reduce);
   u.ReleaseComputeGrad();
 }
@@ -489,7 +550,7 @@ void StepInterpreter::LocalReduce(const StepOp& op) {
   FlatUnit& unit = units_.at(op.unit);
   // The step's last contribution, unscaled, is the unit's final gradient:
   // its widening pass can sum the squares for the grad norm as it writes.
-  const bool final_gradient = op.micro_batch == plan_.grad_accum - 1 && op.gradient_scale == 1.0;
+  const bool final_gradient = op.micro_batch == program_.micro_batches - 1 && op.gradient_scale == 1.0;
   at::Tensor square_sum;
   unit.ReduceGradientsLocal(/*release=*/true, final_gradient ? &square_sum : nullptr);
   if (square_sum.defined()) grad_square_sum_[op.unit] = square_sum;
@@ -509,7 +570,7 @@ void StepInterpreter::GradNorm(const StepOp& op) {
   for (size_t i = 0; i < units_.size(); ++i) {
     FlatUnit& u = units_[i];
     TORCH_CHECK(!u.grad_stale(), "grad norm: a unit's gradient was read before any reduction wrote it this step");
-    if (!first_of_group && u.group_size() != plan_.shard_group_size) continue;
+    if (!first_of_group && u.group_size() != program_.shard_group_size) continue;
     auto known = grad_square_sum_.find(static_cast<int>(i));
     if (known != grad_square_sum_.end()) squares.push_back(known->second.reshape({}));
     else grads.push_back(u.grad());
@@ -637,32 +698,33 @@ void StepInterpreter::AllReduceLoss(const StepOp& op) {
 // ---------------------------------------------------------------------------
 // Offloaded optimizer
 
-void StepInterpreter::CopyGradsToHost(const StepOp& op) {
+void StepInterpreter::CopyMasterToHost(const StepOp& op) {
+  // Offload params: the master updated on the GPU goes back to the host.
+  // The compute stream then waits for this copy (an event; the host runs
+  // on) and the staging buffer goes back to the compute stream's pool, so
+  // the next unit's staging reuses the same bytes in order. Freeing it with
+  // record_stream instead let the host, which runs ahead, allocate every
+  // unit's staging before any copy had finished: 11 GiB reserved above the
+  // prediction for Llama-3.2-3B. The wait costs nothing measurable: the
+  // next update waits for its own copy up, as long as this one.
+  TORCH_CHECK(params_on_host_, "d2h master in a program whose masters live on the device");
   FlatUnit& unit = units_.at(op.unit);
-  if (!offload_) {
-    // Offload params: the master updated on the GPU goes back to the host.
-    // The compute stream then waits for this copy (an event; the host runs
-    // on) and the staging buffer goes back to the compute stream's pool, so
-    // the next unit's staging reuses the same bytes in order. Freeing it with
-    // record_stream instead let the host, which runs ahead, allocate every
-    // unit's staging before any copy had finished: 11 GiB reserved above the
-    // prediction for Llama-3.2-3B. The wait costs nothing measurable: the
-    // next update waits for its own copy up, as long as this one.
-    TORCH_CHECK(params_on_host_, "copy to host in a program without offload");
-    auto staged = master_staging_.find(op.unit);
-    TORCH_CHECK(staged != master_staging_.end(), "d2h master of unit ", op.unit, " before its update");
-    at::Tensor src = std::move(staged->second);
-    master_staging_.erase(staged);
-    at::Tensor dst = unit.master();
-    copies_->Run(op.stream, op.id, recorder_, [&] { dst.copy_(src, /*non_blocking=*/true); });
-    copies_->DeviceWait(op.id);
-    return;
-  }
+  auto staged = master_staging_.find(op.unit);
+  TORCH_CHECK(staged != master_staging_.end(), "d2h master of unit ", op.unit, " before its update");
+  at::Tensor src = std::move(staged->second);
+  master_staging_.erase(staged);
+  at::Tensor dst = unit.master();
+  copies_->Run(op.stream, op.id, recorder_, [&] { dst.copy_(src, /*non_blocking=*/true); });
+  copies_->DeviceWait(op.id);
+}
+
+void StepInterpreter::CopyGradsToHost(const StepOp& op) {
+  TORCH_CHECK(offload_, "d2h grads in a program whose optimizer runs on the device");
   // Staged per unit: this step's gradient, final now (the update gate has
   // not spoken yet: the next Run or FinishUpdate applies it, or not).
   // Through the slots: the previous step's, the one this Run applies, and
   // nothing to copy when there is no update to apply.
-  at::Tensor src = unit.grad();
+  at::Tensor src = units_.at(op.unit).grad();
   at::Tensor dst = HostGradFor(op.unit);
   const bool copies = stages_every_unit_ || applying_.has_value();
   copies_->Run(op.stream, op.id, recorder_, [&] {
@@ -705,38 +767,40 @@ void StepInterpreter::FinishUpdate() {
   }
 }
 
-void StepInterpreter::CopyParamsToDevice(const StepOp& op) {
+void StepInterpreter::CopyParamsForGather(const StepOp& op) {
+  // Streamed parameters: this rank's compute-dtype shard, up from the host
+  // just ahead of the gather that reads it (program_order.cc issues the
+  // pair early, so the copy overlaps the compute before it).
   FlatUnit& unit = units_.at(op.unit);
-  if (op.micro_batch >= 0) {
-    // Streamed parameters: this rank's compute-dtype shard, up from the host
-    // just ahead of the gather that reads it (program_order.cc issues the
-    // pair early, so the copy overlaps the compute before it).
-    TORCH_CHECK(unit.compute_shard_on_host(), "h2d params before a gather, but unit ", op.unit,
-                " keeps its parameters on the device");
-    // Allocated with the copy stream current, so its bytes belong to that
-    // stream's pool: the gather that reads it runs on the same stream, and
-    // dropping it afterwards needs no record_stream (which holds freed
-    // blocks until an event is polled: +4.7 GiB reserved for Llama-3.2-3B).
-    at::Tensor src = unit.compute_shard();
-    at::Tensor dst;
-    copies_->Run(op.stream, op.id, recorder_, [&] {
-      dst = at::empty({unit.shard_numel()}, src.options().device(device_).pinned_memory(false));
-      dst.copy_(src, /*non_blocking=*/true);
-    });
-    param_staging_[op.unit] = dst;
-    return;
-  }
-  if (!offload_) {
-    // Offload params: the fp32 master up for the GPU optimizer step.
-    TORCH_CHECK(params_on_host_, "copy to device in a program without offload");
-    at::Tensor src = unit.master();
-    at::Tensor dst = at::empty({unit.shard_numel()}, src.options().device(device_).pinned_memory(false));
-    master_staging_[op.unit] = dst;
-    copies_->Run(op.stream, op.id, recorder_, [&] { dst.copy_(src, /*non_blocking=*/true); });
-    return;
-  }
+  TORCH_CHECK(unit.compute_shard_on_host(), "h2d params before a gather, but unit ", op.unit,
+              " keeps its parameters on the device");
+  // Allocated with the copy stream current, so its bytes belong to that
+  // stream's pool: the gather that reads it runs on the same stream, and
+  // dropping it afterwards needs no record_stream (which holds freed
+  // blocks until an event is polled: +4.7 GiB reserved for Llama-3.2-3B).
+  at::Tensor src = unit.compute_shard();
+  at::Tensor dst;
+  copies_->Run(op.stream, op.id, recorder_, [&] {
+    dst = at::empty({unit.shard_numel()}, src.options().device(device_).pinned_memory(false));
+    dst.copy_(src, /*non_blocking=*/true);
+  });
+  param_staging_[op.unit] = dst;
+}
+
+void StepInterpreter::CopyMasterToDevice(const StepOp& op) {
+  // Offload params: the fp32 master up for the GPU optimizer step.
+  TORCH_CHECK(params_on_host_, "h2d master in a program whose masters live on the device");
+  FlatUnit& unit = units_.at(op.unit);
+  at::Tensor src = unit.master();
+  at::Tensor dst = at::empty({unit.shard_numel()}, src.options().device(device_).pinned_memory(false));
+  master_staging_[op.unit] = dst;
+  copies_->Run(op.stream, op.id, recorder_, [&] { dst.copy_(src, /*non_blocking=*/true); });
+}
+
+void StepInterpreter::CopyParamsToDevice(const StepOp& op) {
+  TORCH_CHECK(offload_, "h2d params in a program whose optimizer runs on the device");
   at::Tensor src = HostComputeFor(op.unit);
-  at::Tensor dst = unit.compute_shard();  // the resident compute copy itself under no_shard
+  at::Tensor dst = units_.at(op.unit).compute_shard();  // the resident compute copy itself under no_shard
   // Nothing was updated (the run's first step, a skipped update): the shard
   // on the device is current and the staging copy may not be.
   const bool updated = applying_.has_value();

@@ -15,8 +15,10 @@
 #include "executor/model/llama_model.h"
 #include "executor/optimizer/adamw.h"
 #include "executor/sharding/shard_model.h"
+#include "executor/run/trainer.h"
 #include "executor/step/step_interpreter.h"
 #include "executor/torch_compat.h"
+#include "base/user_error.h"
 #include "planner/hardware_profile.h"
 #include "planner/plan.h"
 #include "planner/step_program.h"
@@ -25,6 +27,21 @@ namespace llmplan::executor::testing {
 
 inline HardwareProfile CpuProfile() {
   return LoadHardwareProfile(std::string(LLMPLAN_SOURCE_DIR) + "/profiles/cpu.json");
+}
+
+// A TrainConfig for `plan` with what `llmplan run` hands Train beside it: the
+// plan's profile (defaults when there is no such profile file) and the step
+// program built from the two. Nothing is predicted.
+inline TrainConfig ConfigFor(const Plan& plan) {
+  TrainConfig config;
+  config.plan = plan;
+  try {
+    config.profile = LoadHardwareProfile(plan.profile);
+  } catch (const UserError&) {
+    config.profile.name = plan.profile;
+  }
+  config.program = BuildStepProgram(plan, config.profile);
+  return config;
 }
 
 // A one-device plan for `preset`. loss_chunk_tokens 48 does not divide the
@@ -99,7 +116,7 @@ struct Rig {
         model(p.model),
         units(MakeShardedUnits(model, p, device, /*shard_rank=*/0)),
         optimizer(p.optimizer, ShardNumels(units), device, /*allow_fused=*/true, OffloadsOptimizer(p.offload)),
-        step(plan, model, units, optimizer, BuildStepProgram(plan, CpuProfile()), device) {}
+        step(BuildStepProgram(plan, CpuProfile()), model, units, optimizer, device) {}
   Rig(const Rig&) = delete;
   Rig& operator=(const Rig&) = delete;
 

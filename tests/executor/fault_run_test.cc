@@ -316,7 +316,7 @@ TEST(PreflightTest, CpuPlanLargerThanTheHostsMemoryIsRefusedInOneLine) {
         << m;
   }
   // The real host: this tiny plan fits.
-  EXPECT_NO_THROW(executor::CheckPlanFitsHost(plan, at::Device(at::kCPU), 2));
+  EXPECT_NO_THROW(executor::CheckPlanFitsHost(plan, program, at::Device(at::kCPU), 2));
 }
 
 }  // namespace

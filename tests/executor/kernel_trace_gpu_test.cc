@@ -16,6 +16,7 @@
 #include "executor/checkpoint/remove_tree.h"
 #include "executor/run/batch_source.h"
 #include "executor/run/trainer.h"
+#include "tests/executor/core_test_support.h"
 #include "feedback/kernel_profile.h"
 
 namespace llmplan::executor {
@@ -53,13 +54,13 @@ TEST(KernelTraceGpuTest, TracedStepHoldsTheStepsKernelsByClass) {
   plan.grad_accum = 1;
   plan.param_dtype = DType::kBF16;
   plan.Validate();
-  TrainConfig config;
-  config.plan = plan;
+  TrainConfig config = testing::ConfigFor(plan);
   config.steps = 3;
   config.device = "cuda:0";
   config.run_dir = dir.string();
   config.final_weights = false;
   config.kernel_trace_step = 2;
+  config.read_kernel_trace = WriteKernelProfile;  // as llmplan run sums it up
   CountingBatches data(plan.micro_batch, plan.seq_len, plan.model.vocab);
   Train(config, data);
 

@@ -135,17 +135,16 @@ TEST_F(NvmeOffload, MissingDirectoryIsOneLineError) {
   Plan plan = testing::TestPlan("tiny-llama", 2, 1, 32);
   plan.offload = Offload::kOptimizer;
   plan.offload_to = OffloadTier::kNvme;
-  EXPECT_THROW(CheckNvmeDirectory(plan, "", 1), UserError);
-  EXPECT_THROW(CheckNvmeDirectory(plan, Path("no-such-dir"), 1), UserError);
-  EXPECT_NO_THROW(CheckNvmeDirectory(plan, Path("nvme"), 1));
+  EXPECT_THROW(CheckNvmeDirectory(BuildStepProgram(plan, testing::CpuProfile()), "", 1), UserError);
+  EXPECT_THROW(CheckNvmeDirectory(BuildStepProgram(plan, testing::CpuProfile()), Path("no-such-dir"), 1), UserError);
+  EXPECT_NO_THROW(CheckNvmeDirectory(BuildStepProgram(plan, testing::CpuProfile()), Path("nvme"), 1));
 }
 
 // ---------------------------------------------------------------------------
 // Training, one process
 
 TrainConfig Config(const Plan& plan, const std::string& run_dir, const std::string& nvme_dir) {
-  TrainConfig config;
-  config.plan = plan;
+  TrainConfig config = testing::ConfigFor(plan);
   config.steps = 3;
   config.run_dir = run_dir;
   config.device = "cpu";

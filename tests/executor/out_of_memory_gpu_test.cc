@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "executor/run/trainer.h"
+#include "tests/executor/core_test_support.h"
 #include "base/user_error.h"
 #include "executor/run/batch_source.h"
 #include "executor/torch_compat.h"
@@ -47,8 +48,7 @@ TEST(OutOfMemoryGpuTest, PlanThatCannotFitFailsInOneLineNamingTheOpAndAPlanThatF
   plan.grad_accum = 1;
   plan.param_dtype = DType::kBF16;
   plan.Validate();
-  TrainConfig config;
-  config.plan = plan;
+  TrainConfig config = testing::ConfigFor(plan);
   config.steps = 1;
   config.device = "cuda:0";
   config.progress = false;

@@ -247,8 +247,7 @@ class SlowBatches : public BatchSource {
 };
 
 TEST(LoaderBottleneckTest, ASlowLoaderIsNamedOnceAndCounted) {
-  TrainConfig config;
-  config.plan = testing::TestPlan("tiny-llama", 1, 1, 16);
+  TrainConfig config = testing::ConfigFor(testing::TestPlan("tiny-llama", 1, 1, 16));
   config.steps = 8;
   config.device = "cpu";
   config.progress = false;
@@ -271,8 +270,7 @@ TEST(LoaderBottleneckTest, ASlowLoaderIsNamedOnceAndCounted) {
 TEST(LoaderBottleneckTest, OneLateBatchIsNotABottleneck) {
   // One batch late by 40% of a step (the loader's thread descheduled on a
   // busy host): that step waited, the run did not.
-  TrainConfig config;
-  config.plan = testing::TestPlan("tiny-llama", 4, 1, 128);
+  TrainConfig config = testing::ConfigFor(testing::TestPlan("tiny-llama", 4, 1, 128));
   config.steps = 12;
   config.device = "cpu";
   config.progress = false;

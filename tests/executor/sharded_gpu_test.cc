@@ -235,8 +235,7 @@ class RankRows : public BatchSource {
 };
 
 TrainConfig GpuConfig(const Plan& plan, const std::string& run_dir) {
-  TrainConfig config;
-  config.plan = plan;
+  TrainConfig config = testing::ConfigFor(plan);
   config.steps = 3;
   config.run_dir = run_dir;
   config.device = "cuda";

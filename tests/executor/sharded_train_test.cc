@@ -157,8 +157,7 @@ class RankRows : public BatchSource {
 };
 
 TrainConfig Config(const Plan& plan, const std::string& run_dir) {
-  TrainConfig config;
-  config.plan = plan;
+  TrainConfig config = testing::ConfigFor(plan);
   config.steps = kSteps;
   config.run_dir = run_dir;
   config.device = "cpu";

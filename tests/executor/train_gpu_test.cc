@@ -35,8 +35,7 @@ TEST_F(GpuTest, Bf16TrainingLossFalls) {
   plan.loss_chunk_tokens = 384;  // several chunks, the last one short
   plan.optimizer.lr = 3e-3;
   plan.optimizer.warmup_steps = 5;
-  TrainConfig config;
-  config.plan = plan;
+  TrainConfig config = testing::ConfigFor(plan);
   config.steps = 40;
   config.device = "cuda:0";
   config.progress = false;

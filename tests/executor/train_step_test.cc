@@ -422,8 +422,7 @@ TEST(TrainerTest, LossFallsAndMetricsAreWritten) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("llmplan_trainer_test_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  TrainConfig config;
-  config.plan = plan;
+  TrainConfig config = testing::ConfigFor(plan);
   config.steps = 40;
   config.run_dir = dir.string();
   config.device = "cpu";
@@ -469,8 +468,7 @@ TEST(TrainerTest, LossFallsAndMetricsAreWritten) {
 
 TEST(TrainerTest, NoCudaIsAClearError) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is present";
-  TrainConfig config;
-  config.plan = TestPlan("tiny-llama", 1, 1, 16);
+  TrainConfig config = testing::ConfigFor(TestPlan("tiny-llama", 1, 1, 16));
   config.steps = 1;
   config.device = "cuda:0";
   config.progress = false;

@@ -14,17 +14,24 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "base/user_error.h"
+#include "executor/comm/distributed_env.h"
 #include "executor/launcher/launcher.h"
 #include "executor/run/metrics.h"
 #include "executor/run/preflight.h"
 #include "executor/run/run_directory.h"
 #include "executor/run/trainer.h"
+#include "feedback/kernel_profile.h"
+#include "planner/hardware_profile.h"
+#include "planner/nvme_offload.h"
 #include "planner/plan.h"
-#include "base/user_error.h"
+#include "planner/step_program.h"
+#include "simulator/evaluate.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/executor_commands.h"
 
@@ -48,6 +55,29 @@ struct RunOptions {
   // --init-from, --spike-factor) are bound to it directly.
   executor::TrainConfig train;
 };
+
+// The profile the plan names. One that is not here still trains, with
+// defaults: MFU is then 0 and nothing is predicted.
+HardwareProfile ProfileOrDefault(const std::string& name, bool warn) {
+  try {
+    return LoadHardwareProfile(name);
+  } catch (const UserError& e) {
+    if (warn) std::cerr << "llmplan: warning: " << e.what() << " (MFU reported as 0)\n";
+    HardwareProfile p;
+    p.name = name;
+    return p;
+  }
+}
+
+// The tokens per second per GPU the simulator predicts for the program: what
+// `llmplan estimate` printed for the plan and `compare` holds the run
+// against. 0 when there is nothing to predict with (no profile, or a disk the
+// profile cannot price).
+double PredictedTokensPerSecondPerGpu(const Plan& plan, const HardwareProfile& profile, const StepProgram& program) {
+  if (profile.bf16_peak_flops <= 0) return 0;
+  if (plan.OptimizerStateOnNvme() && !HasNvmeRates(profile)) return 0;
+  return EvaluateProgram(plan, profile, program).tokens_per_second_per_gpu;
+}
 
 void RunCommand(const RunOptions& o) {
   executor::TrainConfig config = o.train;
@@ -81,18 +111,26 @@ void RunCommand(const RunOptions& o) {
                                                             : executor::RunDirectoryMode::kNew;
   // Checked here too (before any rank starts), so a refused --out is one line.
   executor::CheckRunDirectory(config.run_dir, config.run_dir_mode);
-  if (config.plan.OptimizerStateOnNvme())
-    executor::CheckNvmeDirectory(config.plan, config.nvme_dir, o.cpu && o.cpu_ranks > 0 ? o.cpu_ranks : config.plan.GpusOnNode());
-
-  // One process per local GPU (or CPU rank), unless torchrun or Slurm already
-  // started one per rank: then this process is that rank.
   if (o.cpu_ranks > 0 && !o.cpu) throw UserError("--cpu-ranks needs --cpu (on GPUs, one rank per planned GPU starts)");
   const int local_ranks = o.cpu && o.cpu_ranks > 0 ? o.cpu_ranks : config.plan.gpus;
   if (local_ranks != config.plan.gpus) {
     throw UserError("--cpu-ranks " + std::to_string(local_ranks) + " differs from the plan's " +
                     std::to_string(config.plan.gpus) + " GPUs (one rank per planned GPU)");
   }
-  if (local_ranks > 1 && !executor::UnderExternalLauncher()) {
+  // One process per local GPU (or CPU rank), unless torchrun or Slurm already
+  // started one per rank: then this process is that rank.
+  const bool launches_ranks = local_ranks > 1 && !executor::UnderExternalLauncher();
+  const bool rank0 = !launches_ranks && executor::ReadDistributedEnv().rank == 0;
+
+  // The run's one step program, built here from the plan and its profile
+  // and handed down: the executor runs it, the simulator predicts it.
+  config.plan.Validate();
+  config.profile = ProfileOrDefault(config.plan.profile, /*warn=*/rank0);
+  config.program = BuildStepProgram(config.plan, config.profile);
+  if (config.plan.OptimizerStateOnNvme())
+    executor::CheckNvmeDirectory(config.program, config.nvme_dir,
+                                 o.cpu && o.cpu_ranks > 0 ? o.cpu_ranks : config.plan.GpusOnNode());
+  if (launches_ranks) {
     if (!o.cpu && config.plan.gpus > config.plan.gpus_per_node) {
       throw UserError("the plan spans " + std::to_string(config.plan.gpus) +
                       " GPUs on several nodes: start one `llmplan run` per GPU with torchrun or srun");
@@ -111,6 +149,8 @@ void RunCommand(const RunOptions& o) {
     }
     return;
   }
+  if (rank0) config.predicted_tokens_per_s_per_gpu = PredictedTokensPerSecondPerGpu(config.plan, config.profile, config.program);
+  config.read_kernel_trace = WriteKernelProfile;
   const executor::RunSummary summary = executor::TrainOnTokenFile(config, o.data_path);
   // Stopped by SIGINT/SIGTERM: a lone process says so as a shell expects (a
   // launcher's ranks exit 0 and the launcher returns it; torchrun's ranks

@@ -5,11 +5,11 @@
 
 #include <gtest/gtest.h>
 
-#include "executor/step/out_of_memory.h"
+#include "planner/replan_advice.h"
 #include "planner/model_spec.h"
 #include "planner/plan.h"
 
-namespace llmplan::executor {
+namespace llmplan {
 namespace {
 
 Plan Sharded(int64_t micro_batch) {
@@ -53,4 +53,4 @@ TEST(RePlanAdviceTest, AShardedGpuPlanCastsAtGatherBeforeItShrinksTheMicroBatch)
 }
 
 }  // namespace
-}  // namespace llmplan::executor
+}  // namespace llmplan

@@ -1,0 +1,71 @@
+#include "executor/run/training_state.h"
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include "executor/checkpoint/pretrained_weights.h"
+#include "executor/checkpoint/safetensors.h"
+#include "executor/checkpoint/sharded_checkpoint.h"
+#include "executor/optimizer/nvme_optimizer_state.h"
+#include "executor/sharding/shard_model.h"
+#include "planner/replan_advice.h"
+
+namespace llmplan::executor {
+
+TrainingState::TrainingState(const TrainConfig& config, const RankSetup& rank, BatchSource& data) {
+  const Plan& plan = config.plan;
+  model_ = std::make_unique<LlamaModel>(plan.model, plan.fused_kernels);
+  const int shard_rank = rank.comms.shard != nullptr ? rank.comms.shard->rank() : 0;
+  // The initial values: the seed's, a checkpoint's (resume) or pretrained ones.
+  std::unique_ptr<CheckpointReader> checkpoint;
+  std::unique_ptr<PretrainedWeights> pretrained;
+  UnitValues initial_values;
+  if (!rank.resume_path.empty()) {
+    checkpoint = std::make_unique<CheckpointReader>(rank.resume_path, *model_);
+    checkpoint->VerifyFilesFor(plan, shard_rank);  // damaged: refused before a byte is used
+    initial_values = [&](int u, int64_t begin, int64_t count) { return checkpoint->Read(u, "master", begin, count); };
+  } else if (!config.init_from.empty()) {
+    pretrained = std::make_unique<PretrainedWeights>(config.init_from, *model_);
+    initial_values = [&](int u, int64_t begin, int64_t count) { return pretrained->UnitRange(u, begin, count); };
+  }
+  units_ = MakeShardedUnits(*model_, plan, rank.device, shard_rank, initial_values);
+  std::shared_ptr<NvmeOptimizerState> nvme_state;
+  if (plan.OptimizerStateOnNvme()) {
+    nvme_state = std::make_shared<NvmeOptimizerState>(NvmeStatePath(config.nvme_dir, rank.env.rank), ShardNumels(units_));
+    if (!nvme_state->direct() && rank.rank0 && config.progress)
+      std::cerr << "llmplan: notice: " << config.nvme_dir << " does not take O_DIRECT (tmpfs?): the AdamW state "
+                << "goes through the page cache" << std::endl;
+  }
+  optimizer_ = std::make_unique<AdamW>(plan.optimizer, ShardNumels(units_), rank.device, /*allow_fused=*/true,
+                                       /*state_on_host=*/config.program.offload.optimizer_on_host, nvme_state);
+  if (checkpoint) {
+    checkpoint->RestoreOptimizer(units_, optimizer_->state());
+    data.Seek(checkpoint->manifest().data_position);
+    resumed_from_ = checkpoint->path();
+    resumed_data_position_ = checkpoint->manifest().data_position;
+  }
+  start_step_ = optimizer_->state().step;
+  // The node's cores, split between the ranks on it.
+  optimizer_->SetCpuThreads(
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rank.env.local_world_size));
+  step_ = std::make_unique<StepInterpreter>(config.program, *model_, units_, *optimizer_, rank.device, rank.comms);
+  step_->SetOutOfMemoryAdvice(RePlanAdvice(plan, rank.device.is_cuda()));
+}
+
+void TrainingState::WriteFinalWeights(const RankSetup& rank, const std::string& path) {
+  std::map<std::string, at::Tensor> tensors;
+  for (int u = 0; u < model_->num_units(); ++u) {
+    at::Tensor full = FullMaster(units_[u], rank.comms.shard, rank.watchdog.get(), "unit " + std::to_string(u));
+    if (!rank.rank0) continue;
+    int64_t offset = 0;
+    for (const ParamShape& p : units_[u].shapes()) {
+      tensors[p.name] = full.narrow(0, offset, p.numel()).view(p.shape).clone();
+      offset += p.numel();
+    }
+  }
+  if (rank.rank0) checkpoint::WriteSafetensors(path, tensors, {{"format", "pt"}, {"written_by", "llmplan run"}});
+}
+
+}  // namespace llmplan::executor
