@@ -3,6 +3,7 @@
 #include "planner/program_builder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 
 #include "planner/gradient_path.h"
@@ -243,7 +244,14 @@ bool ProgramBuilder::KeepsComputeShard(int u) const {
   return false;
 }
 
+namespace {
+std::atomic<int64_t> programs_built{0};
+}  // namespace
+
+int64_t StepProgramsBuilt() { return programs_built.load(std::memory_order_relaxed); }
+
 StepProgram BuildStepProgram(const Plan& plan, const HardwareProfile& profile, bool op_names) {
+  programs_built.fetch_add(1, std::memory_order_relaxed);
   StepProgram program = ProgramBuilder(plan, profile, op_names).Build();
   ToIssueOrder(program);
   return program;

@@ -278,6 +278,10 @@ struct StepProgram {
 // REQUIRES: plan.Validate() passes.
 StepProgram BuildStepProgram(const Plan& plan, const HardwareProfile& profile, bool op_names = true);
 
+// How many programs BuildStepProgram has built in this process: `llmplan
+// run` builds exactly one, and a test holds it to that.
+int64_t StepProgramsBuilt();
+
 // Activation bytes of one block per micro-batch (from planner/memory_model.h),
 // for ranking blocks to checkpoint: what it keeps from forward to backward,
 // with and without checkpointing (a checkpointed block keeps only its

@@ -3,7 +3,7 @@
 // a CPU run), in place of LibTorch's 30-frame backtrace. It names the op, says
 // what the allocator held when it failed and what the plan predicted (the
 // planner's memory model replayed over the same program), and how to plan
-// again one step further from the edge (run/replan_advice.h, handed in).
+// again one step further from the edge (planner/replan_advice.h, handed in).
 //
 // Also a fault-injection hook for tests: LLMPLAN_TEST_OOM_AT="RANK:OP" makes
 // rank RANK allocate an impossible tensor (1 PiB) on its device just before
