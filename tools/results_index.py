@@ -28,6 +28,17 @@ INDEX = os.path.join(RESULTS, "README.md")
 README = os.path.join(ROOT, "README.md")
 
 
+
+def RawRuns(row):
+    """Where a set's raw run directories are: in git history for the sets
+    measured before raw runs left the tree (`source`), else the device call's
+    archive, which stays out of the tree."""
+    source = row.get("source")
+    if not source:
+        return "Raw runs: the device call's archive, not kept in the tree."
+    folder = os.path.dirname(source.rstrip("/")) if "/runs/" in source else source
+    return f"Raw runs: `{folder}` in git history."
+
 def load(kind):
     path = os.path.join(RESULTS, kind + ".jsonl")
     if not os.path.exists(path):
@@ -199,7 +210,7 @@ def index_accuracy(lines):
                   "reserved mean / max", "commit"], summary)
     for name, rows in sets.items():
         out += ["", f"### {name}", "", f"{rows[0]['date']}, {rows[0]['machine']}, commit {rows[0].get('commit') or '?'}, "
-                f"profile `{rows[0]['profile']}`: `{rows[0].get('command', '')}`. Raw runs: `{os.path.dirname(rows[0]['source'].rstrip('/')) if '/runs/' in rows[0]['source'] else rows[0]['source']}` in git history.", ""]
+                f"profile `{rows[0]['profile']}`: `{rows[0].get('command', '')}`. {RawRuns(rows[0])}", ""]
         out += accuracy_rows(rows)
         notes = list(dict.fromkeys(l["note"] for l in rows if l.get("note") and not l.get("outlier")))
         notes += [f"{l['row']}: {l['note']}" for l in rows if l.get("outlier") and l.get("note")]
