@@ -1,75 +1,18 @@
 // CachingAllocatorModel: a replay model of PyTorch's CUDA caching allocator
-// (the "native" backend of c10/cuda/CUDACachingAllocator.cpp) for one process
-// on one device, with default settings (PYTORCH_CUDA_ALLOC_CONF unset). It
-// takes the allocations and frees of a step in order and reports what the real
-// allocator would report: allocated and reserved bytes (current and peak), the
-// segments it holds, cudaFree-and-retry events and out-of-memory. Reserved
-// memory, not allocated memory, is what runs out on a GPU, and a fixed
-// fragmentation factor cannot predict it; replaying the allocator can.
+// (the native backend of c10/cuda/CUDACachingAllocator.cpp, default settings)
+// for one process on one device. It takes a step's allocations and frees in
+// order and reports what the real allocator would: allocated and reserved
+// bytes (current and peak), the segments it holds, cudaFree-and-retry events
+// and out-of-memory. What it models and leaves out, rule by rule:
+// docs/ARCHITECTURE.md, "The caching-allocator model". Sources: pytorch
+// c10/cuda/CUDACachingAllocator.cpp at 001074d25084fdb87a799823e395a50f5ec044d3
+// and a later copy of main; AllocatorTraceTest checks it against traces of
+// PyTorch 2.11 (tests/data/allocator/).
 //
-// What is modelled (all of it read in the source, see "Sources" below):
-//  - Rounding: a request of n bytes takes max(512, n rounded up to 512) bytes
-//    (round_size; roundup_power2_divisions is off by default).
-//  - Two pools: requests <= 1 MiB are "small", larger ones "large". A new
-//    segment (one cudaMalloc) is 2 MiB for a small request, 20 MiB for a large
-//    one below 10 MiB, else the request rounded up to 2 MiB
-//    (get_allocation_size).
-//  - Best fit: the smallest free block of the same pool and the same stream
-//    with size >= request; ties go to the lowest address (the pool is a set
-//    ordered by (stream, size, address); get_free_block is its lower_bound).
-//    Blocks freed on one stream are never handed to another stream.
-//  - Splitting: the rest of a block stays free as its own block when it is
-//    >= 512 B (small pool) or > 1 MiB (large pool); otherwise the whole block
-//    is handed out and counted as allocated (should_split).
-//  - Merging: a freed block absorbs free neighbours of its segment
-//    (free_block / try_merge_blocks); segments are never merged.
-//  - Cross-stream use: RecordStream marks a block as used on another stream;
-//    freeing it drops allocated bytes at once but keeps the block out of the
-//    pool until an event recorded on that stream at free time has completed,
-//    which the allocator notices only at the start of a later Malloc
-//    (insert_events, process_events).
-//  - When cudaMalloc fails (reserved + segment > device capacity): wait for
-//    all outstanding events, cudaFree every cached segment that is wholly free
-//    (any stream, both pools) and try once more, counting a retry; if that
-//    fails too, out of memory (release_cached_blocks, alloc_block's isRetry).
-//    release_available_cached_blocks, tried before that, does nothing unless
-//    max_split_size is set.
-//  - Stats as torch.cuda.memory_stats() keeps them: allocated_bytes moves by
-//    block size at malloc and at free() time; reserved_bytes by segment size
-//    at cudaMalloc / cudaFree; peaks are maxima of the current values.
-//
-// What is left out, and why:
-//  - Options that are off by default: expandable segments, max_split_size and
-//    the "oversize" block rules, roundup_power2_divisions, the
-//    garbage_collection_threshold collector, max_non_split_rounding_size.
-//    llmplan runs with the defaults.
-//  - CUDA graph and MemPool private pools, OOM-overflow pools, the
-//    free-memory callbacks (IPC): llmplan captures no graphs.
-//  - Real device addresses. Segments get increasing addresses in the order
-//    they are created and addresses are never reused; the real cudaMalloc may
-//    place a new segment below an old one, which only changes which of two
-//    equally sized free blocks is chosen.
-//  - What cudaMalloc really has free: device_capacity_bytes stands for the
-//    memory the allocator may reserve (the GPU's memory less the CUDA context
-//    and allocations outside the allocator, or the maximum set by
-//    torch.cuda.set_per_process_memory_fraction, whose check
-//    `reserved + segment > allowed` this is exactly).
-//
-// Sources: pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp at commit
-// 001074d25084fdb87a799823e395a50f5ec044d3 (2.x, before the config moved to
-// c10/core), and a later copy of main (Continuous-Integrator/pytorch at
-// 0919d01f216cbda88a9488b30075c674df16ff49: AcceleratorAllocatorConfig,
-// large_segment_size() defaulting to 20 MiB, OOM-overflow pools and an
-// opt-in OOM-rejection policy). The default path described above is the
-// same in both. AllocatorTraceTest checks the model against traces of PyTorch
-// 2.11 recorded on the GPU machine (tools/device/record_allocator.py,
-// tests/data/allocator/).
-//
-// Cost: per Malloc and Free, a few searches of short lists of free blocks
-// of one size class (planner/free_block_pool.h), O(log n) at worst in the
-// number of cached blocks (the cudaFree-and-retry path scans the pools), so
-// the plan search can replay tens of thousands of allocations for each of
-// dozens of plans.
+// Cost: per Malloc and Free, a few searches of short lists of free blocks of
+// one size class (planner/free_block_pool.h), O(log n) at worst in the number
+// of cached blocks, so the plan search can replay tens of thousands of
+// allocations for each of dozens of plans.
 #pragma once
 
 #include <cstdint>

@@ -98,7 +98,7 @@ struct HardwareProfile {
   // runs beside it: the loop is bound by host memory bandwidth (30 bytes per
   // parameter) and the copy's DMA takes its share of it. On one H200 the
   // update took 1.11 s instead of 0.93 s with each unit's 53 GB/s gradient
-  // copy beside it (2026-12-02). llmplan profile measures it (the update
+  // copy beside it. llmplan profile measures it (the update
   // alone and beside continuous copies both ways); 0: not measured.
   double cpu_adam_slowdown_during_copies = 0;
   // Sequential read and write bandwidth of the node's local SSD, in large

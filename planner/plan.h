@@ -52,7 +52,7 @@ enum class OffloadTier { kHost, kNvme };
 //           shard. Each gradient comes down at the next step's start, beside
 //           the host update of the unit before it, and that copy shares host
 //           memory bandwidth with the update (the CPU AdamW took 19% longer:
-//           Llama-3.2-3B on one H200, 2026-12-02; the profile's
+//           Llama-3.2-3B on one H200; the profile's
 //           cpu_adam_slowdown_during_copies prices it).
 enum class OffloadStaging { kUnit, kSlots };
 

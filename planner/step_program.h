@@ -202,7 +202,7 @@ struct PersistentMemory {
 // optimizer offload off a 128 GiB host) but brings each gradient down under
 // the backward, when the host is idle, instead of beside the host update,
 // whose memory bandwidth the copy shares (10.6% of a Llama-3.2-3B step on one
-// H200, 2026-12-02).
+// H200).
 constexpr int kOffloadStagingSlots = 2;
 
 struct HostMemory {

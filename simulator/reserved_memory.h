@@ -12,13 +12,11 @@
 // shard_grad_op on 2 GPUs: +2 GiB in step 2), after which steps repeat. The
 // second step stops early where its state (every block and who holds it)
 // equals the first step's at the same op: from there it would repeat the
-// first exactly, so the figures are those of the whole step. Held
-// against the caching allocator's own statistics on 26 runs on 1-2 H200
-// (tools/device/accuracy.sh; 24 of 2026-11-30, the two optimizer-offload
-// rows of 2026-12-02): mean error 0.31%, 25 of 26 within 0.6%, the worst
-// -4.2% (Qwen2.5-0.5B no_shard with a tied embedding, where an op's
-// allocations and frees interleave in a way the program's start/end events
-// do not record).
+// first exactly, so the figures are those of the whole step. How close they
+// come to the caching allocator's own statistics: docs/results/README.md
+// (accuracy rows); the known miss is a tied embedding under no_shard, where
+// an op's allocations and frees interleave in a way the program's start/end
+// events do not record.
 #pragma once
 
 #include <cstdint>

@@ -54,7 +54,7 @@ std::unique_ptr<TokenFile> OpenChecked(const BatchLoaderOptions& o) {
   }
   // Every token a sample can read (the windows; not the tail that fills
   // none), checked before the first step: an id >= vocab near the end of the
-  // file used to stop the run only when a batch reached it, hours in.
+  // file would otherwise stop the run only when a batch reached it, hours in.
   const int64_t used = (file->size() - 1) / o.seq_len * o.seq_len + 1;
   const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   const int64_t bad = file->FindTokenAtLeast(static_cast<uint32_t>(std::min<int64_t>(o.vocab, UINT32_MAX)), used, threads);

@@ -409,7 +409,7 @@ void SwiGluBackward(const void* grad, const void* gate, const void* up, void* gr
 // summed in a fixed order), so the result is deterministic; neighbouring
 // threads read neighbouring floats of each row (coalesced). ATen's
 // `partials.sum(0)` for the same [1056, 2048] took a 17 MiB global staging
-// buffer of its own (measured on H200, 2026-12-03), twice the partials,
+// buffer of its own (measured on H200), twice the partials,
 // and a second kernel for the cast.
 template <typename T>
 __global__ void SumPartialRowsKernel(const float* __restrict__ partials, int64_t rows, int64_t cols,

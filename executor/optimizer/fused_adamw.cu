@@ -28,7 +28,7 @@ enum OutKind { kNoOut = 0, kBf16Out = 1, kFp32Out = 2 };
 // Every rounding spelled out (the _rn intrinsics are never contracted or
 // reordered): left to nvcc, `a * b + c * d` became a different pair of FMA
 // and multiply in the fp32-gradient and bf16-gradient instantiations, so
-// the same widened gradient gave updates 1 ulp apart (2026-12-03, H200).
+// the same widened gradient gave updates 1 ulp apart on an H200.
 __device__ __forceinline__ float Update(float& p, float g, float& m, float& v, const AdamWScalars& s) {
   g = __fmul_rn(g, s.grad_scale);
   m = __fmaf_rn(g, s.one_minus_beta1, __fmul_rn(m, s.beta1));

@@ -4,8 +4,8 @@
 // bandwidth (30 bytes per parameter) and a pinned copy's DMA reads or writes
 // host memory at the link's rate, so the two share it: with staging slots,
 // each unit's gradient comes down while the host updates the unit before it
-// (1.11 s instead of 0.93 s of CPU AdamW, Llama-3.2-3B on one H200,
-// 2026-12-02). The copies are cudaMemcpyAsync from and to pinned memory, as
+// (1.11 s instead of 0.93 s of CPU AdamW, Llama-3.2-3B on one H200).
+// The copies are cudaMemcpyAsync from and to pinned memory, as
 // the executor's non_blocking tensor copies are, queued back to back on two
 // streams (one per direction, as the executor's copy streams) before each
 // timed update; an update counts only when both were still running at its

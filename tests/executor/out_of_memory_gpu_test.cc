@@ -72,7 +72,7 @@ TEST(OutOfMemoryGpuTest, PlanThatCannotFitFailsInOneLineNamingTheOpAndAPlanThatF
   }
   // The failed step's blocks are free but still cached by this process: give
   // them back, or the next test's `llmplan profile` child cannot even create
-  // its CUDA context (seen 2026-12-03: cudaSetDevice out of memory).
+  // its CUDA context (cudaSetDevice out of memory).
   compat::ReleaseCachedMemory(at::Device("cuda:0"));
 }
 

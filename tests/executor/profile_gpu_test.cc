@@ -56,7 +56,7 @@ TEST(ProfileGpuTest, QuickProfileIsAValidCudaProfileWithH200Rates) {
     // Collectives and compute beside each other: each ratio plausible. A
     // loop of large GEMMs fills every SM, so a small collective's blocks can
     // wait for GEMM blocks to drain: 64 MiB all-gathers took 7.2x their time
-    // alone on 2 x H200 (2026-12-01), 256 MiB ones less. Rows the GEMMs could
+    // alone on 2 x H200, 256 MiB ones less. Rows the GEMMs could
     // not cover are left out, not failed.
     ASSERT_TRUE(m.contains("contention")) << m["skipped"].dump();
     const nlohmann::json& c = m["contention"];

@@ -345,8 +345,7 @@ TEST(CalibrationTest, RefusesRunsOfDifferentHardware) {
 
 // Runs recorded on 1-2 H200 (tests/data/runs, tools/device/accuracy.sh): per
 // machine, fitted on two or three and held out on two or three. The one-H200
-// machine's runs (a*, fused kernels with the packed projections, re-recorded
-// 2026-12-03) are fitted on two models — Llama-3.2-1B (a01, and a12, which
+// machine's runs (a*, fused kernels with the packed projections) are fitted on two models — Llama-3.2-1B (a01, and a12, which
 // offloads the optimizer: gradients staged per unit, the CPU AdamW beside the
 // next step's forward) and Qwen2.5-0.5B (a09) — and held out on a02, a03 and
 // a13 (Llama-3.2-3B, optimizer offload, every block checkpointed). Fitted on
@@ -354,9 +353,9 @@ TEST(CalibrationTest, RefusesRunsOfDifferentHardware) {
 // fit cannot tell how efficiency falls with it: it set the half-efficiency
 // dimension to 0 and Qwen2.5-0.5B (896) came out 8.9% too fast. The two-H200
 // machine's offload run (b12) was recorded with the CPU AdamW after the
-// backward, a program llmplan no longer builds, and awaits that machine. Each
+// backward, a program llmplan does not build now, and awaits that machine. Each
 // machine's recorded runs calibrate its own profile: the one-H200 machine's
-// and the two-H200 machine's (b*, composite ops, 2026-11-30) differ in their
+// and the two-H200 machine's (b*, LibTorch's composite ops) differ in their
 // host CPUs (the CPU AdamW rate) and in the kernels the runs ran, so one
 // profile fitted to both would be neither machine's.
 TEST(CalibrationTest, RecordedH200RunsPredictHeldOutRunsWithinAFewPercent) {

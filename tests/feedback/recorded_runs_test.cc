@@ -1,12 +1,12 @@
 // The memory model against runs recorded on H200 (tools/device/accuracy.sh; the
 // last two steps of each kept in tests/data/runs/): the 1-GPU runs a01, a02,
-// a03, a09, a12 and a13 re-recorded on 2026-12-03 with the fused form's loss
+// a03, a09, a12 and a13 recorded with the fused form's loss
 // adding its weight gradient into the flat gradient and the RMSNorm's weight
 // gradient summed by llmplan's kernel (a12 and a13 offload the optimizer,
 // gradients staged per unit; a13 keeps steps 4 and 5: in its step 6 the
 // host's CPU AdamW took 1.21 s against 0.97-0.99 s in steps 2-5, an outlier of
 // that host's rate: docs/results/accuracy.jsonl, set loss-into-flat-gradient),
-// the 2-GPU runs b* on 2026-11-30 with LibTorch's composite block
+// the 2-GPU runs b* with LibTorch's composite block
 // ops (their plans say fused_kernels: false): for every
 // op of the step program, the allocated bytes it adds and the highest point
 // while it is issued, predicted (planner/memory_model.h replayed in issue
@@ -77,13 +77,11 @@ TEST(RecordedRunsTest, MemoryModelMatchesEveryOp) {
 // steps. b10 (Qwen2.5-0.5B, no_shard, tied embedding) is the suite's worst at
 // -4.2%: its head allocates and frees inside one op in an order the program's
 // start/end events do not record. a03 (full_shard on one GPU, four blocks
-// checkpointed, bf16 gradients kept until AdamW) is -1.9% since 2026-12-03:
+// checkpointed, bf16 gradients kept until AdamW) is -1.9%:
 // in its second step the allocator made a 502 MiB segment for the
 // embedding's backward (its dense gradient, 501 MiB) that the replay found
 // room for in what it had cached; not yet explained. The others are within
-// 0.6% (the fused runs of 2026-12-02 within +0.2%; with the kernels of
-// 2026-12-01, before the packed projections, the replay was over by up to
-// 0.79%).
+// 0.6%.
 TEST(RecordedRunsTest, AllocatorReplayMatchesPeakReserved) {
   for (const std::string& dir : RecordedRuns()) {
     SCOPED_TRACE(dir);
@@ -102,9 +100,9 @@ TEST(RecordedRunsTest, AllocatorReplayMatchesPeakReserved) {
 
 // The recordings keep two steps of op times out of six run (the last two;
 // a13's 4 and 5): both are steady steps, and both are timed. Warm-up is the
-// run's first steps as metrics.jsonl lists them; counted by position in
-// op_times.jsonl, as it was until 2026-12-03, the first kept step was taken
-// for warm-up and every recorded comparison timed a single step.
+// run's first steps as metrics.jsonl lists them, not counted by position in
+// op_times.jsonl: there the first kept step would be taken for warm-up and
+// every recorded comparison would time a single step.
 TEST(RecordedRunsTest, EveryKeptStepIsTimed) {
   for (const std::string& dir : RecordedRuns()) {
     SCOPED_TRACE(dir);

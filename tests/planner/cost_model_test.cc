@@ -151,9 +151,9 @@ TEST(CostModelTest, CollectiveSlowdownDuringComputeIsReadWrittenAndBounded) {
 }
 
 TEST(CostModelTest, CpuAdamSlowdownDuringCopiesIsReadWrittenAndBounded) {
-  // Measured on the one-H200 machine (llmplan profile, 2026-12-02: its CPU
-  // AdamW took 1.64x as long beside pinned copies); absent, 0, in the
-  // profiles measured before the field existed or derived from datasheets.
+  // Measured on the one-H200 machine (llmplan profile: its CPU AdamW took
+  // 1.64x as long beside pinned copies); 0 in profiles derived from
+  // datasheets or measured without that stage.
   for (const std::string& name : BuiltinProfileNames()) {
     const double s = LoadHardwareProfile(name).cpu_adam_slowdown_during_copies;
     if (name == "h200-sxm-1gpu") {

@@ -258,8 +258,8 @@ TEST(PlanSearchTest, AutoGpusReturnsTheFewestThatFit) {
 }
 
 TEST(PlanSearchTest, AutoGpusWithHugeMaxGpusTerminates) {
-  // --max-gpus 2147483647 used to overflow the candidate-count loop (int g +=
-  // g/8 past INT_MAX) and never return.
+  // --max-gpus 2147483647 must not overflow the candidate-count loop (int g +=
+  // g/8 past INT_MAX), which would never return.
   auto r = Request("tiny-llama", "cpu", 0, 128, 0);
   r.max_gpus = std::numeric_limits<int>::max();
   Searched s = Search(r);
@@ -290,8 +290,8 @@ TEST(PlanSearchTest, GlobalBatchSuggestionNeverOverflows) {
 TEST(PlanSearchTest, MicroBatchOneOverTheGradAccumLimitIsSkippedNotFatal) {
   // 65,542 sequences per GPU = 2 x 32,771 (a prime): micro-batch 1 would need
   // grad_accum 65,542 (> Plan's 65,536), micro-batch 2 needs 32,771, and no
-  // other divisor is <= 256. The search used to abort on the first with
-  // "plan: grad_accum must be between 1 and 65536". (The search tries at most
+  // other divisor is <= 256. The search must skip the first, not abort
+  // with "plan: grad_accum must be between 1 and 65536". (The search tries at most
   // SearchGradAccumLimit micro-batches unless grad_accum is pinned, as here.)
   auto r = Request("tiny-llama", "cpu", 1, 16, 65542);
   r.grad_accum = 32771;
@@ -330,7 +330,7 @@ TEST(PlanSearchTest, ChosenCheckpointSetIsTheShortestFittingPrefix) {
 
 TEST(PlanSearchTest, LongerLossChunksAreTriedOnTheBestPlanAndKeptWhereTheyPay) {
   // Llama-3.2-1B on one H200 at 16,384 tokens per micro-batch: its head's
-  // GEMMs run faster in longer chunks (measured 2026-12-02: +0.6% at 4,096
+  // GEMMs run faster in longer chunks (measured: +0.6% at 4,096
   // tokens) and memory is plentiful, so the chosen plan's chunk is longer,
   // and faster than the same plan at the default chunk.
   SearchRequest req = Request("llama3.2-1b", "h200-sxm", 1, 4096, 4);

@@ -375,8 +375,8 @@ TEST(SimulatorTest, CpuAdamWSlowsExactlyWhileACopyRuns) {
   EXPECT_NEAR(SimulateOn(compute, profile).ops[alone].end, 3.0, kEps);
 }
 
-// Llama-3.2-3B on one H200 with its optimizer offloaded (the 2026-12-02
-// side-by-side): through the slots each unit's gradient comes down beside
+// Llama-3.2-3B on one H200 with its optimizer offloaded (measured side by
+// side): through the slots each unit's gradient comes down beside
 // the host update of the unit before, staged per unit under the backward.
 // With the contention priced, the CPU AdamW of the slots takes longer than
 // the per-unit form's (whose updates share the host only with the copies
