@@ -400,8 +400,9 @@ inline void StopKernelTrace(const std::string& chrome_trace_path) {
 
 // Gloo process groups need Gloo's own headers, which Debian's libtorch-dev
 // ships (libgloo-dev) but a LibTorch wheel may not. Without them the Gloo
-// communicator still compiles and refuses at run time with a clear message.
-#if __has_include(<gloo/algorithm.h>) && __has_include(<torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>)
+// communicator still compiles and refuses at run time with a clear message
+// (as it does when configured with -DLLMPLAN_WITH_GLOO=OFF).
+#if !defined(LLMPLAN_WITHOUT_GLOO) && __has_include(<gloo/algorithm.h>) && __has_include(<torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>)
 #define LLMPLAN_HAS_GLOO 1
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO  // ProcessGroupGloo.hpp is empty unless this is defined

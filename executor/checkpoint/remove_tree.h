@@ -1,11 +1,10 @@
 // RemoveTree: rm -rf for the executor's own directories (stale partial
 // checkpoints, pruned old ones).
 //
-// Not std::filesystem::remove_all: the CUDA LibTorch wheel (2.11) exports its
-// own std::filesystem symbols, and a binary linked against it resolved
-// remove_all to libtorch.so's copy, which crashed with a call through a null
-// pointer (seen on the H200 machine, 2026-11-29 and again 2026-12-01 when
-// pruning a checkpoint). nftw + remove from libc has no such clash.
+// Not std::filesystem::remove_all: a LibTorch wheel exports its own copies of
+// std::filesystem, and a binary that binds to them crashes (CMakeLists.txt
+// links libstdc++ first so that ours bind to libstdc++'s; nftw + remove from
+// libc does not depend on that).
 #pragma once
 
 #include <string>

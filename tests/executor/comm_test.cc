@@ -34,6 +34,7 @@
 #include "executor/launcher/launcher.h"
 #include "base/user_error.h"
 #include "tests/executor/rank_processes.h"
+#include "tests/executor/gloo_skip.h"
 
 namespace llmplan::executor {
 namespace {
@@ -289,11 +290,20 @@ TEST(CommChild, Run) {
 // ---------------------------------------------------------------------------
 // Multi-process tests
 
-TEST(GlooCommunicator, CollectivesOnTwoRanks) { RunJob("collectives", 2); }
+TEST(GlooCommunicator, CollectivesOnTwoRanks) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
+  RunJob("collectives", 2);
+}
 
-TEST(GlooCommunicator, CollectivesOnThreeRanks) { RunJob("collectives", 3); }
+TEST(GlooCommunicator, CollectivesOnThreeRanks) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
+  RunJob("collectives", 3);
+}
 
-TEST(ProcessGroups, HybridWorldOfFourWithShardGroupsOfTwo) { RunJob("groups", 4); }
+TEST(ProcessGroups, HybridWorldOfFourWithShardGroupsOfTwo) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
+  RunJob("groups", 4);
+}
 
 // Runs a 2-rank job where rank 1 joins the group and then idles: waits for
 // rank 0, then ends rank 1 (we started it, we end it, by pid).
@@ -307,12 +317,14 @@ RankOutcome RunWithIdlePeer(const std::string& scenario, const std::map<std::str
 }
 
 TEST(GlooCommunicator, TimeoutThrowsCollectiveErrorNamingOpGroupAndRank) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   const RankOutcome rank0 = RunWithIdlePeer("gloo_timeout");
   EXPECT_FALSE(rank0.timed_out) << rank0.log;
   EXPECT_EQ(rank0.exit_status, 0) << rank0.log;
 }
 
 TEST(CollectiveWatchdog, MissingPeerEndsTheProcessWithOneLine) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   const RankOutcome rank0 = RunWithIdlePeer("watchdog", {{"LLMPLAN_COLLECTIVE_TIMEOUT_S", "2"}});
   EXPECT_FALSE(rank0.timed_out) << rank0.log;
   EXPECT_EQ(rank0.exit_status, kCollectiveTimeoutExitStatus) << rank0.log;
@@ -328,6 +340,7 @@ TEST(CollectiveWatchdog, MissingPeerEndsTheProcessWithOneLine) {
 // In-process tests
 
 TEST(ProcessGroups, WorldOfOneHasRealSizeOneGroups) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   DistributedEnv env;
   env.master_port = PickFreePort();
   ProcessGroups groups = ConnectProcessGroups(env, 1, /*use_nccl=*/false, at::kCPU, seconds(10));

@@ -31,6 +31,7 @@
 #include "tests/cli_runner.h"
 #include "tests/executor/core_test_support.h"
 #include "tests/executor/run_test_support.h"
+#include "tests/executor/gloo_skip.h"
 
 namespace llmplan::executor {
 namespace {
@@ -223,6 +224,7 @@ class NvmeRun : public NvmeOffload {
 };
 
 TEST_F(NvmeRun, EqualsHostOffloadAndResumesExactly) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   const std::string nvme = MakePlan("nvme"), host = MakePlan("host");
   EXPECT_EQ(nlohmann::json::parse(executor_test::ReadAll(nvme))["offload_to"], "nvme");
   CommandResult on_host = Run(host, 5, "host");

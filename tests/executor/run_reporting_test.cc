@@ -27,6 +27,7 @@
 #include "tests/executor/run_test_support.h"
 #include "tests/executor/core_test_support.h"
 #include "tests/executor/rank_processes.h"
+#include "tests/executor/gloo_skip.h"
 
 namespace llmplan::executor {
 namespace {
@@ -74,6 +75,7 @@ class RunReportingTest : public ::testing::Test {
 };
 
 TEST_F(RunReportingTest, TwoRanksReportGpuHoursDollarsProjectionAndEveryRanksPeak) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   MakePlanAndData(2);
   const auto start = std::chrono::steady_clock::now();
   // $1000 a rank-hour: a few seconds of two ranks cost whole dollars.
@@ -195,6 +197,7 @@ pid_t FindRank(const std::string& tag, int rank) {
 }
 
 TEST_F(RunReportingTest, ARankThatDiesLeavesItsPeakInTheFailedRunsSummary) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   // Rank 1 is killed mid-run (SIGKILL: it writes nothing more); rank 0's
   // next collective fails, and the failed run's summary still lists rank 1's
   // peak, from the file rank 1 left. A gather at the end would have lost it.

@@ -44,6 +44,7 @@
 #include "executor/launcher/launcher.h"
 #include "tests/executor/core_test_support.h"
 #include "tests/executor/rank_processes.h"
+#include "tests/executor/gloo_skip.h"
 
 namespace llmplan::executor {
 namespace {
@@ -293,6 +294,7 @@ class ShardedTraining : public ::testing::Test {
 };
 
 TEST_F(ShardedTraining, TwoRanksEveryStrategyEqualsOneProcess) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   Job job;  // tiny-qwen2: tied embeddings and q/k/v biases
   job.strategy = ShardingStrategy::kFullShard;
   job.checkpoint_layers = {1};  // a recompute after a re-gather
@@ -305,6 +307,7 @@ TEST_F(ShardedTraining, TwoRanksEveryStrategyEqualsOneProcess) {
 }
 
 TEST_F(ShardedTraining, ThreeRanksUnevenShardsEqualOneProcess) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   Job job;
   job.preset = "tiny-llama";  // untied: an lm_head unit of its own
   job.world = 3;
@@ -324,6 +327,7 @@ TEST_F(ShardedTraining, ThreeRanksUnevenShardsEqualOneProcess) {
 }
 
 TEST_F(ShardedTraining, HybridTwoByTwoEqualsOneProcess) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   Job job;
   job.strategy = ShardingStrategy::kHybridShard;
   job.world = 4;
@@ -333,6 +337,7 @@ TEST_F(ShardedTraining, HybridTwoByTwoEqualsOneProcess) {
 }
 
 TEST_F(ShardedTraining, OffloadedOptimizerEqualsDeviceOptimizer) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   Job job;
   job.offload = Offload::kOptimizer;
   const fs::path offloaded = Check(job, "full_shard_offload");
@@ -343,6 +348,7 @@ TEST_F(ShardedTraining, OffloadedOptimizerEqualsDeviceOptimizer) {
 }
 
 TEST_F(ShardedTraining, OffloadedParametersEqualDeviceParameters) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   // Two Gloo ranks: the fp32 master on the host around the device AdamW
   // (params) equals the resident run to the bit; streaming the compute shard
   // up before every gather (optimizer+params) equals offloading the optimizer
@@ -361,6 +367,7 @@ TEST_F(ShardedTraining, OffloadedParametersEqualDeviceParameters) {
 }
 
 TEST_F(ShardedTraining, OffloadStagingPerUnitEqualsSlotsBitForBit) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   // Two Gloo ranks, every step clipping (0.05): the gradients staged per
   // unit in the backward (after the reduce-scatter, or no_shard's
   // all-reduce) give the same parameters as the slots, to the bit.
@@ -386,6 +393,7 @@ TEST_F(ShardedTraining, OffloadStagingPerUnitEqualsSlotsBitForBit) {
 }
 
 TEST_F(ShardedTraining, ReplicatedEdgesEqualOneProcess) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   // Per-unit strategy: the embedding and head whole on every rank (all-
   // reduced over the job once per step, counted once in the gradient norm)
   // while the blocks are sharded. Tied embeddings (tiny-qwen2: the head's
@@ -409,6 +417,7 @@ TEST_F(ShardedTraining, ReplicatedEdgesEqualOneProcess) {
 }
 
 TEST_F(ShardedTraining, CastAtGatherEqualsTheKeptShardBitForBit) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   // Each all-gather sends a cast of the fp32 master made just before it
   // (Plan::cast_at_gather) instead of the compute-dtype shard AdamW wrote:
   // the same values, so the same run to the bit — with a recompute after a
@@ -441,6 +450,7 @@ TEST_F(ShardedTraining, CastAtGatherEqualsTheKeptShardBitForBit) {
 }
 
 TEST_F(ShardedTraining, RanksReadingATokenFileEqualOneProcessOnTheWholeBatch) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   // The batch loader gives rank r rows r*micro_batch.. of every global
   // micro-batch (shuffled windows, same seed): together the ranks see exactly
   // the samples one process with micro_batch x world sees.
@@ -456,6 +466,7 @@ TEST_F(ShardedTraining, RanksReadingATokenFileEqualOneProcessOnTheWholeBatch) {
 }
 
 TEST_F(ShardedTraining, FinalWeightsHoldEveryHuggingFaceParameter) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   // One process: final.safetensors has every HF name of the model, in shape.
   const Plan plan = testing::TestPlan("tiny-llama", 2, 1, kSeqLen);
   RankRows data(plan.model.vocab, plan.micro_batch, 1, 0);
