@@ -1,5 +1,6 @@
 #include "base/format.h"
 
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 
@@ -25,6 +26,29 @@ std::string FormatSeconds(double s) {
   else if (s < 172800) std::snprintf(buf, sizeof buf, "%.1f h", s / 3600);
   else std::snprintf(buf, sizeof buf, "%.1f days", s / 86400);
   return buf;
+}
+
+std::string SignalName(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGXFSZ: return "SIGXFSZ";
+    default: return "signal " + std::to_string(sig);
+  }
 }
 
 }  // namespace llmplan

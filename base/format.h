@@ -8,5 +8,6 @@ namespace llmplan {
 
 std::string FormatBytes(double bytes);      // "12.3 GiB"
 std::string FormatSeconds(double seconds);  // "812.0 ms", "3.20 s", "4.1 days"
+std::string SignalName(int signal);         // "SIGTERM"; "signal 40" for one without a name here
 
 }  // namespace llmplan

@@ -328,7 +328,12 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
   p.param_dtype = ParseDType(r.String("param_dtype", "bf16"));
   p.reduce_dtype = ParseDType(r.String("reduce_dtype", "fp32"));
   p.seed = static_cast<uint64_t>(r.Integer("seed", 0, int64_t{1} << 53, 1234));
-  if (r.Has("optimizer")) {
+  // A plan trains with the optimizer it records: one without is not quietly
+  // given defaults (llmplan estimate -o always writes one).
+  if (!r.Has("optimizer"))
+    r.Fail("optimizer", "is missing (the learning rate, betas and schedule the run trains with): write the plan "
+                        "with llmplan estimate -o, or add an \"optimizer\" object");
+  {
     JsonObject o = r.Object("optimizer");
     auto& c = p.optimizer;
     c.lr = o.NumberIn("lr", 0, 10, c.lr);
@@ -343,6 +348,16 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
   }
   if (p.shard_group_size == 0) NormaliseGrouping(p);
   p.Validate();
+  // global_batch is derived (micro_batch x grad_accum x data-parallel ranks);
+  // a plan that states another one was edited by hand in one place only.
+  if (r.Has("global_batch")) {
+    const int64_t stated = r.Integer("global_batch", 1, int64_t{1} << 62);
+    if (stated != p.GlobalBatch())
+      r.Fail("global_batch", std::to_string(stated) + " disagrees with micro_batch x grad_accum x gpus = " +
+                                 std::to_string(p.micro_batch) + " x " + std::to_string(p.grad_accum) + " x " +
+                                 std::to_string(p.gpus) + " = " + std::to_string(p.GlobalBatch()) +
+                                 ": make the plan again with llmplan estimate, or correct one of them");
+  }
   return p;
 }
 

@@ -10,6 +10,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -62,13 +65,40 @@ CheckpointStore::CheckpointStore(std::string dir) : dir_(std::move(dir)) {}
 
 std::string CheckpointStore::PathOf(int64_t step) const { return (fs::path(dir_) / CheckpointName(step)).string(); }
 
+namespace {
+
+// Says once per process why a step-N directory is not a checkpoint to
+// resume from or to keep: an unsaid skip once made a run restart from zero.
+void WarnSkippedOnce(const std::string& path, const std::string& why) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (warned.insert(path).second) std::cerr << "llmplan: warning: " << path << " skipped: " << why << std::endl;
+}
+
+}  // namespace
+
 std::vector<int64_t> CheckpointStore::CompleteSteps() const {
   std::vector<int64_t> steps;
   std::error_code ec;
   fs::directory_iterator it(dir_, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
     const auto step = StepOfName(it->path().filename().string());
-    if (step && fs::is_regular_file(it->path() / "manifest.json", ec)) steps.push_back(*step);
+    if (!step) continue;
+    std::error_code file_ec;
+    if (!fs::is_regular_file(it->path() / "manifest.json", file_ec)) {
+      WarnSkippedOnce(it->path().string(), "it has no manifest.json (a save that never completed, or a copy)");
+      continue;
+    }
+    // Ordered by the step the manifest holds, which must be the name's: a
+    // copied or renamed directory is neither resumed from nor counted as
+    // the newest when older checkpoints are pruned.
+    try {
+      ReadManifest(it->path().string());
+      steps.push_back(*step);
+    } catch (const UserError& e) {
+      WarnSkippedOnce(it->path().string(), e.what());
+    }
   }
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -162,20 +192,33 @@ CheckpointManifest ReadManifest(const std::string& checkpoint_dir) {
   std::stringstream text;
   text << in.rdbuf();
   if (!in) throw UserError("cannot read " + path);
-  return ParseManifest(text.str(), path);
+  CheckpointManifest manifest = ParseManifest(text.str(), path);
+  // The step a directory is named for is the step its manifest holds: a
+  // renamed or copied step-N would otherwise be chosen as the newest.
+  const std::string name = fs::path(checkpoint_dir).lexically_normal().filename().string();
+  const std::string dir_name = name.empty() ? fs::path(checkpoint_dir).lexically_normal().parent_path().filename().string() : name;
+  if (dir_name.rfind("step-", 0) == 0 && dir_name.size() == 13 &&
+      dir_name.find_first_not_of("0123456789", 5) == std::string::npos && std::stoll(dir_name.substr(5)) != manifest.step)
+    throw UserError(checkpoint_dir + " is named for step " + std::to_string(std::stoll(dir_name.substr(5))) +
+                    " but its manifest holds step " + std::to_string(manifest.step) +
+                    ": the checkpoint was renamed or copied; resume from another one (--resume-from)");
+  return manifest;
 }
 
 void VerifyCheckpointFiles(const std::string& checkpoint_dir, const CheckpointManifest& manifest,
                            const std::vector<std::string>& files) {
   for (const CheckpointFile& f : manifest.files) {
-    if (!files.empty() && std::find(files.begin(), files.end(), f.name) == files.end()) continue;
     const std::string path = (fs::path(checkpoint_dir) / f.name).string();
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
     const std::string advice = ": the checkpoint is damaged and was not loaded; resume from an older one (--resume-from)";
+    // Every listed file must be there at its size, also those this rank does
+    // not read (plan.json, other ranks' shards); only the ones it reads are
+    // checksummed here.
     if (ec) throw UserError(path + " is missing (" + ec.message() + ")" + advice);
     if (size != f.bytes)
       throw UserError(path + " has " + std::to_string(size) + " bytes, the manifest says " + std::to_string(f.bytes) + advice);
+    if (!files.empty() && std::find(files.begin(), files.end(), f.name) == files.end()) continue;
     const FileDigest digest = DigestFile(path);
     if (digest.crc32c != f.crc32c)
       throw UserError(path + " has checksum " + Crc32cText(digest.crc32c) + ", the manifest says " + Crc32cText(f.crc32c) + advice);

@@ -37,8 +37,10 @@ class CheckpointStore {
 
   const std::string& dir() const { return dir_; }
 
-  // Steps of the complete checkpoints, ascending (directories named
-  // step-NNNNNNNN holding a manifest.json; anything else is ignored).
+  // Steps of the complete checkpoints, ascending: directories named
+  // step-NNNNNNNN whose manifest.json reads and holds that step. A step-N
+  // directory that is not one is skipped with a warning on stderr (once per
+  // process); anything else in the directory is ignored.
   std::vector<int64_t> CompleteSteps() const;
   // The newest complete checkpoint's directory, if any.
   std::optional<std::string> Newest() const;
@@ -69,12 +71,13 @@ class CheckpointStore {
   std::string dir_;
 };
 
-// Reads and validates CHECKPOINT/manifest.json. Throws UserError.
+// Reads and validates CHECKPOINT/manifest.json (its own checksum included),
+// and checks that a directory named step-N holds step N. Throws UserError.
 CheckpointManifest ReadManifest(const std::string& checkpoint_dir);
 
-// Checks that each of `files` (names from the manifest; all of them when
-// empty) has the size and CRC-32C the manifest records. Throws UserError
-// naming the first damaged or missing file and what to do.
+// Checks that every file the manifest lists exists at its size, and that
+// each of `files` (all of them when empty) has the CRC-32C it records.
+// Throws UserError naming the first damaged or missing file and what to do.
 void VerifyCheckpointFiles(const std::string& checkpoint_dir, const CheckpointManifest& manifest,
                            const std::vector<std::string>& files = {});
 

@@ -68,6 +68,19 @@ int64_t CheckpointParam::numel() const {
   return n;
 }
 
+namespace {
+
+// The checksum a manifest records of itself: CRC-32C of its compact JSON
+// without the field (nlohmann's objects keep their keys sorted, so the text
+// is the same on every machine).
+std::string ManifestChecksum(json manifest) {
+  manifest.erase("manifest_checksum");
+  const std::string text = manifest.dump();
+  return Crc32cText(Crc32c(text.data(), text.size()));
+}
+
+}  // namespace
+
 json ManifestToJson(const CheckpointManifest& m) {
   json units = json::array();
   for (const CheckpointUnit& u : m.units) {
@@ -78,7 +91,7 @@ json ManifestToJson(const CheckpointManifest& m) {
   }
   json files = json::array();
   for (const CheckpointFile& f : m.files) files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"checksum", Crc32cText(f.crc32c)}});
-  return json{{"format", kManifestFormat},
+  json j{{"format", kManifestFormat},
               {"version", kManifestVersion},
               {"step", m.step},
               {"data_position", m.data_position},
@@ -90,6 +103,8 @@ json ManifestToJson(const CheckpointManifest& m) {
               {"state_kinds", {kStateKinds[0], kStateKinds[1], kStateKinds[2]}},
               {"units", units},
               {"files", files}};
+  j["manifest_checksum"] = ManifestChecksum(j);
+  return j;
 }
 
 CheckpointManifest ParseManifest(const std::string& text, const std::string& what) {
@@ -98,8 +113,10 @@ CheckpointManifest ParseManifest(const std::string& text, const std::string& wha
   if (root.is_discarded()) r.Fail("not valid JSON");
   if (!root.is_object()) r.Fail("not a JSON object");
   if (r.Text(root, "format", "manifest") != kManifestFormat) r.Fail("format is not \"" + std::string(kManifestFormat) + "\"");
-  if (const int64_t v = r.Count(root, "version", "manifest"); v != kManifestVersion)
-    r.Fail("version " + std::to_string(v) + " is not " + std::to_string(kManifestVersion) + " (written by another llmplan)");
+  const int64_t version = r.Count(root, "version", "manifest");
+  if (version != kManifestVersion && version != 1)
+    r.Fail("version " + std::to_string(version) + " is not 1 or " + std::to_string(kManifestVersion) +
+           " (written by another llmplan)");
 
   CheckpointManifest m;
   m.step = r.Count(root, "step", "manifest");
@@ -176,6 +193,14 @@ CheckpointManifest ParseManifest(const std::string& text, const std::string& wha
     m.units.push_back(std::move(unit));
   }
   if (m.units.empty()) r.Fail("no units");
+  // Last, so that a manifest that is wrong in form says how; one whose values
+  // alone were changed (a step, a data position) is caught here.
+  if (version >= 2) {
+    const std::string recorded = r.Text(root, "manifest_checksum", "manifest");
+    if (recorded != ManifestChecksum(root))
+      r.Fail("its own checksum " + recorded + " does not match its contents (" + ManifestChecksum(root) +
+             "): the manifest was changed or damaged");
+  }
   return m;
 }
 

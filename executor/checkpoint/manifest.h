@@ -36,7 +36,11 @@
 
 namespace llmplan::checkpoint {
 
-inline constexpr int kManifestVersion = 1;
+// Version 2 adds the manifest's own checksum ("manifest_checksum": CRC-32C of
+// the manifest's compact JSON without that field), so that a changed step or
+// data position is refused like a changed shard. Version 1 (no checksum) is
+// still read.
+inline constexpr int kManifestVersion = 2;
 inline constexpr const char* kManifestFormat = "llmplan-checkpoint";
 // The state kinds every unit has in the shard files holding it, in this order.
 inline constexpr const char* kStateKinds[] = {"master", "exp_avg", "exp_avg_sq"};
@@ -87,7 +91,8 @@ struct CheckpointManifest {
 
 nlohmann::json ManifestToJson(const CheckpointManifest& manifest);
 
-// Parses and validates manifest JSON text: format and version, non-negative
+// Parses and validates manifest JSON text: format and version, its own
+// checksum (version 2), non-negative
 // counters, every unit's params summing to its numel, pieces ordered,
 // contiguous and covering [0, numel) exactly, every piece's file listed in
 // `files`, file names without '/' or "..", no duplicates.

@@ -2,6 +2,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -51,7 +54,7 @@ nlohmann::json HfConfig(const ModelSpec& m, at::ScalarType dtype) {
 
 }  // namespace
 
-PretrainedWeights::PretrainedWeights(const std::string& path, const LlamaModel& model) : model_(model) {
+PretrainedWeights::PretrainedWeights(const std::string& path, const LlamaModel& model, bool partial) : model_(model) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     const fs::path dir(path);
@@ -80,6 +83,25 @@ PretrainedWeights::PretrainedWeights(const std::string& path, const LlamaModel& 
       if (e.dtype != "F32" && e.dtype != "BF16" && e.dtype != "F16" && e.dtype != "F64")
         throw UserError("--init-from " + path + ": " + p.name + " is " + e.dtype + ", not a float dtype");
     }
+  }
+  // What the model does not use: extra layers, another architecture's
+  // tensors. Not counted: a tied model's copy of the embedding as the head,
+  // and rotary tables, which older Llama exports carry as buffers.
+  std::set<std::string> used;
+  for (int u = 0; u < model.num_units(); ++u)
+    for (const ParamShape& p : model.unit_params(u)) used.insert(p.name);
+  for (const auto& [name, file] : file_of_) {
+    const bool rotary = name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0;
+    if (used.count(name) == 0 && name != "lm_head.weight" && !rotary) left_out_.push_back(name);
+  }
+  if (!left_out_.empty() && !partial) {
+    std::string names;
+    for (size_t i = 0; i < left_out_.size() && i < 3; ++i) names += (i ? ", " : "") + left_out_[i];
+    if (left_out_.size() > 3) names += ", ...";
+    throw UserError("--init-from " + path + " holds " + std::to_string(left_out_.size()) +
+                    " tensor(s) this model does not use (" + names +
+                    "): the weights are of another model; plan for that model, or pass --init-partial to load the "
+                    "tensors that match and leave these out");
   }
 }
 

@@ -4,8 +4,11 @@
 // model.safetensors, or model.safetensors.index.json with its shards (how HF
 // publishes models over ~5 GB), or one .safetensors file. Every parameter of
 // the model must be there under its HF name and shape (any float dtype; read
-// as fp32); extra tensors (a tied model's lm_head.weight, rotary buffers) are
-// ignored. A rank reads each unit once and keeps only its shard's range.
+// as fp32). A tensor of the file the model does not use is an error (a
+// 6-layer file would otherwise train as the plan's 4 layers), unless the load
+// is partial, which lists what it left out; a tied model's lm_head.weight and
+// rotary buffers (rotary_emb.inv_freq) are never counted. A rank reads each
+// unit once and keeps only its shard's range.
 //
 // ExportCheckpoint (`llmplan export --ckpt CKPT --out HF_DIR`): a checkpoint's
 // master weights as an HF model directory: config.json (the architecture's
@@ -18,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -29,8 +33,12 @@ namespace llmplan::executor {
 class PretrainedWeights {
  public:
   // Opens `path` and checks that every parameter of `model` is present with
-  // its shape. Throws UserError naming the first missing or mis-shaped tensor.
-  PretrainedWeights(const std::string& path, const LlamaModel& model);
+  // its shape. Throws UserError naming the first missing or mis-shaped tensor,
+  // or, unless `partial`, the tensors of the file the model does not use.
+  PretrainedWeights(const std::string& path, const LlamaModel& model, bool partial = false);
+
+  // The file's tensors the model does not use (sorted), left out of a partial load.
+  const std::vector<std::string>& left_out() const { return left_out_; }
 
   // Elements [begin, begin + count) of unit `unit`'s flat vector (its
   // parameters in order), fp32 on the host.
@@ -42,6 +50,7 @@ class PretrainedWeights {
   const LlamaModel& model_;
   std::map<std::string, std::string> file_of_;  // tensor name -> file path
   std::map<std::string, std::unique_ptr<checkpoint::SafetensorsReader>> readers_;
+  std::vector<std::string> left_out_;
 };
 
 struct ExportOptions {

@@ -29,6 +29,8 @@
 #include <string_view>
 #include <thread>
 
+#include "base/format.h"
+
 extern char** environ;
 
 namespace llmplan::executor {
@@ -36,29 +38,6 @@ namespace llmplan::executor {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string SignalName(int sig) {
-  switch (sig) {
-    case SIGHUP: return "SIGHUP";
-    case SIGINT: return "SIGINT";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGILL: return "SIGILL";
-    case SIGTRAP: return "SIGTRAP";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGALRM: return "SIGALRM";
-    case SIGTERM: return "SIGTERM";
-    case SIGXCPU: return "SIGXCPU";
-    case SIGXFSZ: return "SIGXFSZ";
-    default: return "signal " + std::to_string(sig);
-  }
-}
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -283,16 +262,19 @@ class ForwardedSignals {
     sigemptyset(&action.sa_mask);
     ::sigaction(SIGINT, &action, &old_int_);
     ::sigaction(SIGTERM, &action, &old_term_);
+    ::sigaction(SIGHUP, &action, &old_hup_);  // a closed terminal: the ranks save, as for SIGTERM
   }
   ~ForwardedSignals() {
     ::sigaction(SIGINT, &old_int_, nullptr);
     ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::sigaction(SIGHUP, &old_hup_, nullptr);
   }
   ForwardedSignals(const ForwardedSignals&) = delete;
   ForwardedSignals& operator=(const ForwardedSignals&) = delete;
 
  private:
   struct sigaction old_int_ {};
+  struct sigaction old_hup_ {};
   struct sigaction old_term_ {};
 };
 
@@ -383,6 +365,15 @@ std::string DescribeStatus(int status) {
 }
 
 bool Failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+
+// The signal a rank received itself and stopped on, at a step boundary with
+// a checkpoint (it exits 128 + SIGINT, SIGTERM or SIGHUP: see run_command.cc),
+// or 0. Its peers stop at the same boundary and exit 0.
+int StoppedOnSignal(int status) {
+  if (!WIFEXITED(status)) return 0;
+  const int sig = WEXITSTATUS(status) - 128;
+  return sig == SIGINT || sig == SIGTERM || sig == SIGHUP ? sig : 0;
+}
 
 // True when a rank's cause line is a collective that failed or timed out
 // (the communicators' and the watchdog's messages name the group and its
@@ -526,7 +517,7 @@ int LaunchLocalRanks(const LaunchSpec& spec, std::string* failure_line) {
   int forwarded_signal = 0;
   bool stopping = false, escalated = false;
   int stopped = 0, killed_after_grace = 0;
-  Clock::time_point deadline{};
+  Clock::time_point deadline{}, stop_started{}, killed_at{};
   auto running_count = [&] {
     return static_cast<int>(std::count_if(children.begin(), children.end(), [](const Child& c) { return c.running; }));
   };
@@ -536,6 +527,7 @@ int LaunchLocalRanks(const LaunchSpec& spec, std::string* failure_line) {
     }
   };
   std::vector<size_t> failures;  // children that failed before the job was stopped, in the order seen
+  std::optional<size_t> signalled;  // the first rank that stopped on a signal sent to it alone
   auto reap = [&] {
     for (size_t i = 0; i < children.size(); ++i) {
       Child& c = children[i];
@@ -548,7 +540,20 @@ int LaunchLocalRanks(const LaunchSpec& spec, std::string* failure_line) {
       // A child that dies after the launcher was signalled (a Ctrl-C reaches
       // the whole process group) or after we began stopping the job is not
       // the cause of the stop.
-      if (Failed(c.status) && !stopping && g_received_signal == 0) failures.push_back(i);
+      if (!Failed(c.status) || stopping || g_received_signal != 0) continue;
+      if (StoppedOnSignal(c.status) != 0) {
+        // Not a failure: its peers stop at the same step and exit on their
+        // own; they get the stop grace before SIGKILL.
+        if (!signalled) signalled = i;
+        if (!stopping) {
+          stopping = true;
+          stop_started = Clock::now();
+          stopped = running_count();
+          deadline = Clock::now() + spec.stop_grace;
+        }
+        continue;
+      }
+      failures.push_back(i);
     }
   };
   while (running_count() > 0) {
@@ -590,6 +595,7 @@ int LaunchLocalRanks(const LaunchSpec& spec, std::string* failure_line) {
     if (!stopping && g_received_signal != 0) {
       forwarded_signal = g_received_signal;
       stopping = true;
+      stop_started = Clock::now();
       stopped = running_count();
       signal_running(forwarded_signal);
       signal_running(SIGCONT);
@@ -599,6 +605,7 @@ int LaunchLocalRanks(const LaunchSpec& spec, std::string* failure_line) {
     if (forwarded_signal != 0 && !escalated && g_signal_count > 1) deadline = Clock::now();  // a second Ctrl-C
     if (!stopping && failed) {
       stopping = true;
+      stop_started = Clock::now();
       // A rank that is stopped (SIGSTOP, a debugger) makes its peers' next
       // collective time out: the rank that reports the timeout is the victim,
       // the stopped one the cause. Look before signalling anything.
@@ -613,6 +620,7 @@ int LaunchLocalRanks(const LaunchSpec& spec, std::string* failure_line) {
       // Still alive after the grace period: most likely blocked in a
       // collective waiting for the dead peer, where SIGTERM is not acted on.
       escalated = true;
+      killed_at = Clock::now();
       killed_after_grace = running_count();
       signal_running(SIGKILL);
     }
@@ -622,8 +630,12 @@ int LaunchLocalRanks(const LaunchSpec& spec, std::string* failure_line) {
 
   std::string tail;
   if (killed_after_grace > 0) {
-    tail = " (" + std::to_string(killed_after_grace) + " needed SIGKILL after " +
-           std::to_string((forwarded_signal != 0 ? spec.stop_grace : spec.grace).count()) + " s)";
+    // The time they were given, not the grace they might have had: a second
+    // Ctrl-C escalates at once.
+    const double given = std::chrono::duration<double>(killed_at - stop_started).count();
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.1f", given);
+    tail = " (" + std::to_string(killed_after_grace) + " needed SIGKILL after " + seconds + " s)";
   }
   if (failed) {
     const Child& c = children[*failed];
@@ -644,6 +656,14 @@ int LaunchLocalRanks(const LaunchSpec& spec, std::string* failure_line) {
     // the launcher; a shell's 128 + signal for a rank that was killed.
     if (WIFSIGNALED(c.status)) return 128 + WTERMSIG(c.status);
     return WEXITSTATUS(c.status);
+  }
+  if (signalled) {
+    const Child& c = children[*signalled];
+    const int sig = StoppedOnSignal(c.status);
+    WriteAll(STDERR_FILENO, "llmplan: rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) + ") received " +
+                                SignalName(sig) + "; every rank stopped at the same step with a checkpoint" + tail +
+                                "\n");
+    return 128 + sig;
   }
   if (forwarded_signal != 0) {
     WriteAll(STDERR_FILENO, "llmplan: received " + SignalName(forwarded_signal) + "; stopped " + Ranks(stopped) +

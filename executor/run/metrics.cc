@@ -15,6 +15,7 @@
 #include "base/atomic_file.h"
 #include "base/user_error.h"
 #include "planner/step_trace.h"
+#include "executor/checkpoint/checkpoint_store.h"
 
 namespace llmplan::executor {
 
@@ -223,13 +224,38 @@ void MetricsLog::Print(const RunSummary& s) {
   if (!run_dir_.empty()) std::cout << "metrics: " << run_dir_ << "/metrics.jsonl" << std::endl;
 }
 
-void AmendFailedSummary(const std::string& run_dir, const std::string& launcher_error,
+namespace {
+
+// The summary the launcher writes when rank 0 wrote none for this run.
+nlohmann::json LauncherSummary(const std::string& run_dir, const std::string& ckpt_dir, const std::string& error) {
+  int64_t last_step = 0;
+  std::ifstream metrics(std::filesystem::path(run_dir) / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) last_step = j["step"].get<int64_t>();
+  }
+  std::string last_checkpoint;
+  if (!ckpt_dir.empty()) last_checkpoint = checkpoint::CheckpointStore(ckpt_dir).Newest().value_or("");
+  return {{"status", "failed"},         {"error", error},     {"last_step", last_step},
+          {"last_checkpoint", last_checkpoint}, {"stopped_by", ""}, {"written_by", "launcher"}};
+}
+
+}  // namespace
+
+void AmendFailedSummary(const std::string& run_dir, const std::string& ckpt_dir, const std::string& launcher_error,
                         std::filesystem::file_time_type since) {
   if (run_dir.empty() || launcher_error.empty()) return;
   const std::filesystem::path path = std::filesystem::path(run_dir) / "summary.json";
   std::error_code ec;
   const auto written = std::filesystem::last_write_time(path, ec);
-  if (ec || written < since) return;
+  if (ec || written < since) {
+    if (!std::filesystem::is_directory(run_dir, ec)) return;  // the run never began
+    try {
+      WriteFileAtomically(path.string(), LauncherSummary(run_dir, ckpt_dir, launcher_error).dump(1) + "\n", "run summary");
+    } catch (const UserError&) {  // a full disk: the terminal has the error
+    }
+    return;
+  }
   std::ifstream in(path);
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (!j.is_object() || !j.contains("status") || j["status"] != "failed") return;

@@ -77,7 +77,7 @@ struct RunSummary {
   int64_t steps = 0;        // optimizer steps this invocation ran
   int64_t start_step = 0;   // steps already taken when it started (a resumed run's checkpoint)
   std::string resumed_from;  // that checkpoint's directory ("" when it started from step 0)
-  std::string stopped_by;    // "SIGINT" / "SIGTERM" when a signal ended it early, else ""
+  std::string stopped_by;    // "SIGINT" / "SIGTERM" / "SIGHUP" when a signal ended it early, else ""
   std::string last_checkpoint;  // the newest complete checkpoint in --ckpt-dir when it ended ("" if none)
   double first_loss = 0, final_loss = 0;
   std::vector<double> losses;  // per step
@@ -149,10 +149,13 @@ class MetricsLog {
 // rank 0 wrote it (status "failed") at or after `since`, gets the launcher's
 // line as its "error" — the rank that caused the failure, where rank 0 may
 // have seen only a consequence (a collective whose peer died) — and keeps
-// rank 0's own as "rank0_error". Otherwise (no summary, an earlier run's, a
-// summary that cannot be rewritten) nothing changes.
+// rank 0's own as "rank0_error". When rank 0 wrote none (it was the rank
+// killed), the launcher writes one from what it knows: status "failed", the
+// error, the last step of metrics.jsonl and the newest checkpoint in
+// `ckpt_dir` ("written_by": "launcher"). A summary that cannot be written
+// (a full disk) is left as it is.
 // REQUIRES: nothing.
-void AmendFailedSummary(const std::string& run_dir, const std::string& launcher_error,
+void AmendFailedSummary(const std::string& run_dir, const std::string& ckpt_dir, const std::string& launcher_error,
                         std::filesystem::file_time_type since);
 
 }  // namespace llmplan::executor

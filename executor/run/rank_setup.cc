@@ -1,6 +1,7 @@
 #include "executor/run/rank_setup.h"
 
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 
 #include <torch/cuda.h>
@@ -68,6 +69,17 @@ RankSetup PrepareRank(const TrainConfig& config) {
   if (rank.rank0 && !config.run_dir.empty()) {
     CheckRunDirectory(config.run_dir, config.run_dir_mode);
     rank.run_dir_lock = std::make_unique<RunDirectoryLock>(config.run_dir);
+  }
+  // The checkpoint directory too: two runs saving into one would interleave
+  // their checkpoints, and a later --resume would continue the other's. One
+  // that cannot be created is left to the saves, which warn and train on.
+  if (rank.rank0 && !config.ckpt_dir.empty()) {
+    std::error_code ec;
+    const bool same_as_out = !config.run_dir.empty() && std::filesystem::exists(config.ckpt_dir, ec) &&
+                             std::filesystem::equivalent(config.ckpt_dir, config.run_dir, ec);
+    std::filesystem::create_directories(config.ckpt_dir, ec);
+    if (!same_as_out && std::filesystem::is_directory(config.ckpt_dir, ec))
+      rank.ckpt_dir_lock = std::make_unique<RunDirectoryLock>(config.ckpt_dir, "--ckpt-dir");
   }
   // Checkpoints: which one to resume from is decided from the directory
   // alone (every rank sees the same complete checkpoints; rank 0 removes a

@@ -22,7 +22,8 @@ struct RankSetup {
   DistributedEnv env;
   at::Device device{at::kCPU};  // cuda:LOCAL_RANK for "cuda" when several ranks share a node
   bool rank0 = true;
-  std::unique_ptr<RunDirectoryLock> run_dir_lock;  // rank 0's, when the run has a directory
+  std::unique_ptr<RunDirectoryLock> run_dir_lock;   // rank 0's, when the run has a directory
+  std::unique_ptr<RunDirectoryLock> ckpt_dir_lock;  // rank 0's: two runs never share a --ckpt-dir
   std::string resume_path;                         // the checkpoint to continue from ("": none)
   // Declared before the watchdog, which watches them: destroyed after it.
   ProcessGroups groups;

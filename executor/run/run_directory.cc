@@ -80,7 +80,7 @@ void CheckRunDirectory(const std::string& dir, RunDirectoryMode mode) {
   }
 }
 
-RunDirectoryLock::RunDirectoryLock(const std::string& dir) {
+RunDirectoryLock::RunDirectoryLock(const std::string& dir, const std::string& flag) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw UserError("cannot create run directory " + dir + ": " + ec.message());
@@ -93,7 +93,7 @@ RunDirectoryLock::RunDirectoryLock(const std::string& dir) {
     ::close(fd_);
     fd_ = -1;
     throw UserError("another llmplan run" + (n > 0 ? " (pid " + std::string(holder, static_cast<size_t>(n)) + ")" : std::string()) +
-                    " is writing to " + dir + ": wait for it or choose another --out");
+                    " is writing to " + dir + ": wait for it or choose another " + flag);
   }
   const std::string pid = std::to_string(::getpid());
   if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);

@@ -35,9 +35,11 @@ bool IsRunFile(const std::string& name);
 
 class RunDirectoryLock {
  public:
-  // Creates `dir` and takes its lock. Throws UserError when another process
-  // holds it (naming that process) or the directory cannot be created.
-  explicit RunDirectoryLock(const std::string& dir);
+  // Creates `dir` and takes its lock (`dir`/.llmplan.lock, released by the
+  // kernel when the process dies). Throws UserError when another process
+  // holds it (naming that process and `flag`, the option that chose the
+  // directory) or the directory cannot be created.
+  explicit RunDirectoryLock(const std::string& dir, const std::string& flag = "--out");
   ~RunDirectoryLock();
   RunDirectoryLock(const RunDirectoryLock&) = delete;
   RunDirectoryLock& operator=(const RunDirectoryLock&) = delete;

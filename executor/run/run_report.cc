@@ -168,7 +168,9 @@ void RunReport::WriteTrace(const StepProgram& program, const StepMeasurement& me
   log_.WriteTrace(program, measurement);
 }
 
-void RunReport::Stopped(int signal) { summary_.stopped_by = signal == SIGINT ? "SIGINT" : "SIGTERM"; }
+void RunReport::Stopped(int signal) {
+  summary_.stopped_by = signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM";
+}
 
 void RunReport::CompleteSummary(const std::string& last_checkpoint, int64_t checkpoint_staging_bytes) {
   RunSummary& s = summary_;

@@ -9,7 +9,7 @@ namespace {
 
 volatile sig_atomic_t g_signal = 0;
 volatile sig_atomic_t g_first_signal_s = 0;  // CLOCK_MONOTONIC seconds of the first
-struct sigaction g_old_int, g_old_term;
+struct sigaction g_old_int, g_old_term, g_old_hup;
 
 long MonotonicSeconds() {
   timespec t{};
@@ -45,11 +45,13 @@ StopRequest::StopRequest() {
   action.sa_flags = SA_RESTART;  // system calls in flight (file writes, socket reads) continue
   ::sigaction(SIGINT, &action, &g_old_int);
   ::sigaction(SIGTERM, &action, &g_old_term);
+  ::sigaction(SIGHUP, &action, &g_old_hup);  // a closed terminal or ssh session: save, as for SIGTERM
 }
 
 StopRequest::~StopRequest() {
   ::sigaction(SIGINT, &g_old_int, nullptr);
   ::sigaction(SIGTERM, &g_old_term, nullptr);
+  ::sigaction(SIGHUP, &g_old_hup, nullptr);
 }
 
 int StopRequest::Signal() { return g_signal; }

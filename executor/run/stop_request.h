@@ -1,4 +1,4 @@
-// StopRequest: SIGINT and SIGTERM turned into "stop at the next step
+// StopRequest: SIGINT, SIGTERM and SIGHUP turned into "stop at the next step
 // boundary" while a run trains, so a checkpoint can be saved and the summary
 // written instead of the process dying mid-step. (Schedulers send SIGTERM
 // before they kill a job: Slurm's --signal, Kubernetes' grace period.)
@@ -19,7 +19,9 @@ class StopRequest {
   StopRequest(const StopRequest&) = delete;
   StopRequest& operator=(const StopRequest&) = delete;
 
-  // The signal number received (SIGINT, SIGTERM), or 0.
+  // The signal number this process received (SIGINT, SIGTERM, SIGHUP), or 0.
+  // It stays set after the StopRequest is gone, so the process can exit with
+  // 128 + that signal.
   static int Signal();
 };
 

@@ -13,6 +13,7 @@
 
 #include <ATen/ATen.h>
 
+#include "base/format.h"
 #include "base/user_error.h"
 #include "executor/data/batch_loader.h"
 #include "executor/run/batch_source.h"
@@ -49,14 +50,26 @@ void CheckConfig(const TrainConfig& config) {
 
 // Every rank must stop at the same step boundary, whichever got the signal:
 // one tiny all-reduce of the signal numbers (~tens of µs, once a step,
-// outside the step program).
-int AgreedStopSignal(const RankSetup& rank) {
+// outside the step program). A rank that received one says so here, once;
+// the launcher names it again when the run has stopped.
+int AgreedStopSignal(const RankSetup& rank, int64_t step) {
   const int sig = StopRequest::Signal();
+  if (sig != 0 && rank.comms.world != nullptr)
+    std::cerr << "llmplan: rank " << rank.env.rank << " received " << SignalName(sig) << ": every rank stops after step "
+              << step << " and saves a checkpoint" << std::endl;
   if (rank.comms.world == nullptr) return sig;
-  at::Tensor flag = at::full({1}, static_cast<float>(sig), at::TensorOptions().dtype(at::kFloat).device(rank.groups.device));
-  rank.comms.world->AllReduce(flag, "stop vote")->Wait();
-  if (flag.to(at::kCPU).item<float>() == 0) return 0;
-  return sig != 0 ? sig : SIGTERM;  // another rank's signal
+  // One count per signal, so that every rank's summary names the one a peer got.
+  const int kinds[] = {SIGTERM, SIGINT, SIGHUP};
+  at::Tensor votes = at::zeros({3}, at::TensorOptions().dtype(at::kFloat));
+  for (int i = 0; i < 3; ++i)
+    if (sig == kinds[i]) votes[i] = 1;
+  votes = votes.to(rank.groups.device);
+  rank.comms.world->AllReduce(votes, "stop vote")->Wait();
+  votes = votes.to(at::kCPU);
+  if (sig != 0) return sig;
+  for (int i = 0; i < 3; ++i)
+    if (votes[i].item<float>() > 0) return kinds[i];
+  return 0;
 }
 
 // A diverging step (bad_step.h) under kStop, or a loss that is not finite
@@ -148,7 +161,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
       JudgeStep(bad_steps, result, step, rank, checkpoints);
       report.Step(result, timing, state.steps_taken(), data.position());
       if (step == config.steps) report.WriteTrace(state.step().program(), result.measurement);
-      if (const int sig = AgreedStopSignal(rank); sig != 0) {
+      if (const int sig = AgreedStopSignal(rank, step); sig != 0) {
         report.Stopped(sig);
         checkpoints.Save(step, data.position());
         break;

@@ -54,8 +54,11 @@ struct TrainConfig {
   bool resume = false;
   std::string resume_from;
   // Start from pretrained weights: a Hugging Face directory (model.safetensors
-  // or a sharded index) whose tensors match the plan's model.
+  // or a sharded index) whose tensors match the plan's model. init_partial
+  // loads them although the file holds tensors the model does not use (they
+  // are listed).
   std::string init_from;
+  bool init_partial = false;
   // A step whose loss or gradient norm is not finite or spikes
   // (executor/run/bad_step.h): stop the run, or skip its update.
   BadStepPolicy bad_step;

@@ -27,7 +27,13 @@ TrainingState::TrainingState(const TrainConfig& config, const RankSetup& rank, B
     checkpoint->VerifyFilesFor(plan, shard_rank);  // damaged: refused before a byte is used
     initial_values = [&](int u, int64_t begin, int64_t count) { return checkpoint->Read(u, "master", begin, count); };
   } else if (!config.init_from.empty()) {
-    pretrained = std::make_unique<PretrainedWeights>(config.init_from, *model_);
+    pretrained = std::make_unique<PretrainedWeights>(config.init_from, *model_, config.init_partial);
+    if (rank.rank0 && !pretrained->left_out().empty()) {
+      std::cout << "llmplan: --init-partial: left out " << pretrained->left_out().size() << " tensor(s) of "
+                << config.init_from << " the model does not use:";
+      for (const std::string& name : pretrained->left_out()) std::cout << " " << name;
+      std::cout << std::endl;
+    }
     initial_values = [&](int u, int64_t begin, int64_t count) { return pretrained->UnitRange(u, begin, count); };
   }
   units_ = MakeShardedUnits(*model_, plan, rank.device, shard_rank, initial_values);

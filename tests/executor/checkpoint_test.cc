@@ -92,6 +92,10 @@ TEST(Manifest, RefusesWhatWouldLoadWrongValues) {
       {"checksum", [](nlohmann::json& j) { j["files"][0]["checksum"] = "md5:00"; }, "crc32c:<8 hex digits>"},
       {"duplicate", [](nlohmann::json& j) { j["files"][1]["name"] = j["files"][0]["name"]; }, "listed twice"},
       {"huge", [](nlohmann::json& j) { j["units"][0]["params"][0]["shape"] = {1LL << 40, 1LL << 40}; }, "too large"},
+      // Well formed, other values: the manifest's own checksum.
+      {"step", [](nlohmann::json& j) { j["step"] = j["step"].get<int64_t>() + 1; }, "does not match its contents"},
+      {"data position", [](nlohmann::json& j) { j["data_position"] = 7; }, "does not match its contents"},
+      {"no checksum", [](nlohmann::json& j) { j.erase("manifest_checksum"); }, "no \"manifest_checksum\""},
   };
   for (const Case& c : cases) {
     nlohmann::json j = ManifestToJson(SmallManifest());

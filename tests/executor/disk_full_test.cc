@@ -172,7 +172,8 @@ TEST_F(DiskFullTest, CheckpointSaveThatFailsIsAWarningAndTrainingGoesOn) {
 
   // The disk holds that checkpoint and nothing half-written beside it.
   std::vector<std::string> left;
-  for (const auto& e : fs::directory_iterator(ckpt + ".after")) left.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(ckpt + ".after"))
+    if (e.path().filename() != ".llmplan.lock") left.push_back(e.path().filename().string());  // the run's lock
   EXPECT_EQ(left, std::vector<std::string>{"step-00000002"});
   // Whole: it loads (every file checked against its size and CRC-32C) and
   // continues exactly as the run that never failed did.
@@ -218,7 +219,8 @@ TEST_F(DiskFullTest, MetricsWriteThatFailsStopsTheRunInOneLineAndTheLastCheckpoi
     EXPECT_EQ(summary["last_checkpoint"], ckpt + "/step-00000002");
   }
   std::vector<std::string> checkpoints;
-  for (const auto& e : fs::directory_iterator(disk + ".after/ckpt")) checkpoints.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(disk + ".after/ckpt"))
+    if (e.path().filename() != ".llmplan.lock") checkpoints.push_back(e.path().filename().string());  // the run's lock
   EXPECT_EQ(checkpoints, std::vector<std::string>{"step-00000002"}) << r.output;
 
   // Space freed (the files moved to a disk with room): --resume continues

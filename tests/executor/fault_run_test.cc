@@ -31,6 +31,7 @@
 #include "base/user_error.h"
 #include "tests/cli_runner.h"
 #include "tests/executor/run_test_support.h"
+#include "tests/executor/gloo_skip.h"
 
 extern char** environ;
 
@@ -249,6 +250,7 @@ TEST_F(FaultRunTest, OutOfMemoryIsOneLineWithTheOpMeasuredAndPredictedMemoryAndA
 }
 
 TEST_F(FaultRunTest, RankOutOfMemoryIsNamedAndEveryRankExitsPromptly) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   // Rank 1 of 2 fails in its first step; rank 0 is then waiting in a
   // collective. The launcher's line names rank 1, the op and the cause, and
   // both ranks are gone well within the collective timeout.
@@ -267,6 +269,7 @@ TEST_F(FaultRunTest, RankOutOfMemoryIsNamedAndEveryRankExitsPromptly) {
 }
 
 TEST_F(FaultRunTest, StoppedRankIsNamedAndEveryRankExitsWithinTheTimeout) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   // SIGSTOP rank 1 mid-run with the collective watchdog at 5 s: rank 0's next
   // collective times out; the launcher names rank 1 (stopped), not rank 0, and
   // nothing is left running about 5 s after the stop.
@@ -292,6 +295,90 @@ TEST_F(FaultRunTest, StoppedRankIsNamedAndEveryRankExitsWithinTheTimeout) {
       << output;
   EXPECT_NE(output.find("gave up: exited with status "), std::string::npos) << output;
   EXPECT_TRUE(TaggedProcesses(-1).empty()) << "every rank has exited";
+}
+
+TEST_F(FaultRunTest, ASignalToOneRankStopsTheRunAndTheJobExitsWithThatSignal) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
+  // A scheduler (or a user) that signals one rank, not the launcher: every
+  // rank stops at the same step with a checkpoint, and the job's status is
+  // 128 + signal, naming the rank that got it, so the job is recorded as
+  // stopped, not finished. SIGHUP (a closed terminal) saves as SIGTERM does.
+  const std::string data = SaveTokens("tokens.u16", 200'001);
+  const std::string plan = SavePlan(2);
+  struct Case {
+    int rank;
+    int signal;
+    const char* name;
+  };
+  for (const Case& c : {Case{1, SIGTERM, "SIGTERM"}, Case{0, SIGINT, "SIGINT"}, Case{1, SIGHUP, "SIGHUP"}}) {
+    SCOPED_TRACE(c.name);
+    const std::string run = Path(std::string("run_") + c.name), ckpt = Path(std::string("ckpt_") + c.name);
+    const std::string log = Path(std::string("log_") + c.name + ".txt");
+    const pid_t pid = Start("run --plan " + plan + " --data " + data + " --steps 100000 --out " + run + " --ckpt-dir " +
+                                ckpt + " --cpu --cpu-ranks 2 --no-final-weights",
+                            {}, log);
+    ASSERT_TRUE(WaitForText(log, "step 2/", std::chrono::seconds(120))) << ReadAll(log);
+    const std::vector<pid_t> target = TaggedProcesses(c.rank);
+    ASSERT_EQ(target.size(), 1u) << "rank " << c.rank << "'s process";
+    ASSERT_EQ(::kill(target[0], c.signal), 0);
+    double seconds = 0;
+    const int status = Wait(pid, std::chrono::seconds(90), &seconds);
+    const std::string output = ReadAll(log);
+    EXPECT_EQ(status, 128 + c.signal) << output;
+    EXPECT_NE(output.find("llmplan: rank " + std::to_string(c.rank) + " (pid " + std::to_string(target[0]) +
+                          ") received " + c.name + "; every rank stopped at the same step with a checkpoint"),
+              std::string::npos)
+        << output;
+    const nlohmann::json summary = nlohmann::json::parse(ReadAll(run + "/summary.json"));
+    EXPECT_EQ(summary["status"], "stopped") << summary.dump();
+    EXPECT_EQ(summary["stopped_by"], c.name) << summary.dump();
+    EXPECT_FALSE(summary["last_checkpoint"].get<std::string>().empty()) << summary.dump();
+    EXPECT_TRUE(TaggedProcesses(-1).empty()) << "every rank has exited";
+  }
+}
+
+TEST_F(FaultRunTest, WhenRankZeroIsKilledTheLauncherWritesTheSummary) {
+  // Rank 0 writes summary.json; killed with SIGKILL it writes nothing, and the
+  // launcher, which saw it die, writes what it knows.
+  LLMPLAN_SKIP_WITHOUT_GLOO();
+  const std::string data = SaveTokens("tokens.u16", 200'001);
+  const std::string log = Path("log.txt");
+  const pid_t pid = Start("run --plan " + SavePlan(2) + " --data " + data + " --steps 100000 --out " + Path("run") +
+                              " --ckpt-dir " + Path("ckpt") + " --ckpt-every 1 --cpu --cpu-ranks 2 --no-final-weights",
+                          {}, log);
+  ASSERT_TRUE(WaitForText(log, "step 3/", std::chrono::seconds(120))) << ReadAll(log);
+  const std::vector<pid_t> rank0 = TaggedProcesses(0);
+  ASSERT_EQ(rank0.size(), 1u) << "rank 0's process";
+  ASSERT_EQ(::kill(rank0[0], SIGKILL), 0);
+  double seconds = 0;
+  const int status = Wait(pid, std::chrono::seconds(90), &seconds);
+  const std::string output = ReadAll(log);
+  EXPECT_EQ(status, 128 + SIGKILL) << output;
+  const nlohmann::json summary = nlohmann::json::parse(ReadAll(Path("run/summary.json")), nullptr, false);
+  ASSERT_TRUE(summary.is_object()) << output;
+  EXPECT_EQ(summary["status"], "failed") << summary.dump();
+  EXPECT_EQ(summary["written_by"], "launcher") << summary.dump();
+  EXPECT_NE(summary["error"].get<std::string>().find("rank 0 (pid " + std::to_string(rank0[0]) + ") died: killed by "
+                                                      "signal 9 (SIGKILL)"),
+            std::string::npos)
+      << summary.dump();
+  EXPECT_GE(summary["last_step"].get<int64_t>(), 3) << summary.dump();
+  EXPECT_NE(summary["last_checkpoint"].get<std::string>().find(Path("ckpt") + "/step-"), std::string::npos)
+      << summary.dump();
+  EXPECT_TRUE(TaggedProcesses(-1).empty()) << "every rank has exited";
+}
+
+TEST_F(FaultRunTest, MoreCpuRanksThanTheMachineCanRunAreRefusedBeforeAnyStarts) {
+  // A 1000-GPU plan with --cpu would start 1000 LibTorch processes.
+  const auto start = Clock::now();
+  CommandResult r = RunLlmplan("run --plan " + SavePlan(1000) + " --data " + SaveTokens("tokens.u16", 10'001) +
+                               " --steps 1 --out " + Path("run") + " --cpu --no-final-weights");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(LlmplanErrorLines(r.output).size(), 1u) << r.output;
+  EXPECT_NE(r.output.find("the plan is for 1000 GPUs, and --cpu starts one process per GPU"), std::string::npos)
+      << r.output;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 30.0) << "refused before any rank starts";
+  EXPECT_FALSE(fs::exists(Path("run/summary.json")));
 }
 
 TEST(PreflightTest, CpuPlanLargerThanTheHostsMemoryIsRefusedInOneLine) {

@@ -28,6 +28,8 @@
 #include "executor/checkpoint/safetensors.h"
 #include "planner/model_spec.h"
 #include "tests/cli_runner.h"
+#include "tests/executor/gloo_skip.h"
+#include "tests/executor/run_test_support.h"
 
 namespace llmplan {
 namespace {
@@ -108,6 +110,7 @@ class ResumeTest : public ::testing::Test {
 // same losses and the same final parameters as 6 uninterrupted steps, bit
 // for bit (the same plan runs the same float operations in the same order).
 TEST_F(ResumeTest, ResumedRunEqualsUninterruptedBitForBit) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   const std::string plan = MakePlan(2, "full_shard", 2);
   CommandResult straight = Run(plan, 6, "straight");
   ASSERT_EQ(straight.status, 0) << straight.output;
@@ -141,6 +144,7 @@ TEST_F(ResumeTest, ResumedRunEqualsUninterruptedBitForBit) {
 // staged per unit and through the slots alike, the two forms equal to each
 // other, and a checkpoint written under one form resumed under the other.
 TEST_F(ResumeTest, OffloadedOptimizerResumesBitForBitFromAMidRunCheckpoint) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   std::map<std::string, std::string> plans;
   for (const std::string form : {"unit", "slots"}) {
     SCOPED_TRACE("offload_staging " + form);
@@ -184,6 +188,7 @@ TEST_F(ResumeTest, OffloadedOptimizerResumesBitForBitFromAMidRunCheckpoint) {
 // steps saving at the same steps, bit for bit; and the losses are not those
 // of the undelayed plan (step 2 computes on the initial parameters).
 TEST_F(ResumeTest, DelayedUpdateResumesBitForBitOnTheSameCheckpointSteps) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   const std::string plan =
       WithGradClip(MakePlan(2, "full_shard", 2, "--offload optimizer --delayed-update"), 0.05, "delayed.plan.json");
   const std::string undelayed =
@@ -215,6 +220,7 @@ TEST_F(ResumeTest, DelayedUpdateResumesBitForBitOnTheSameCheckpointSteps) {
 // parameters as the uninterrupted 2-rank run, up to the float rounding of a
 // different summation order (sharded_train_test.cc's tolerance).
 TEST_F(ResumeTest, ReshardsOntoOtherRanksAndStrategies) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   // fp32 compute: bf16 would turn the summation order's rounding into
   // differences of whole bf16 steps.
   const std::string two = MakePlan(2, "full_shard", 2);
@@ -239,6 +245,7 @@ TEST_F(ResumeTest, ReshardsOntoOtherRanksAndStrategies) {
 // file), a resume with the same plan is bit for bit, and the checkpoint
 // reshards both ways: onto one rank, and from the plain full_shard one.
 TEST_F(ResumeTest, ReplicatedEdgesSaveOnceResumeExactlyAndReshard) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   const std::string edges = MakePlan(2, "full_shard", 1, "--replicate-edges yes");
   ASSERT_EQ(Run(edges, 5, "straight", "--dtype fp32").status, 0);
   CommandResult first = Run(edges, 2, "half", "--dtype fp32 --ckpt-dir " + Path("ckpt"));
@@ -275,6 +282,7 @@ TEST_F(ResumeTest, ReplicatedEdgesSaveOnceResumeExactlyAndReshard) {
 // shard to save or restore: a resume is bit for bit, equal to the plan that
 // keeps the shards, and each form resumes the other's checkpoint exactly.
 TEST_F(ResumeTest, CastAtGatherResumesBitForBitAndEqualsTheKeptShards) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   const std::string cast = MakePlan(2, "full_shard", 2, "--cast-at-gather yes --offload none");
   const std::string kept = MakePlan(2, "full_shard", 2, "--cast-at-gather no --offload none");
   EXPECT_EQ(nlohmann::json::parse(std::ifstream(cast)).value("cast_at_gather", false), true);
@@ -299,6 +307,7 @@ TEST_F(ResumeTest, CastAtGatherResumesBitForBitAndEqualsTheKeptShards) {
 // restarted with the same command line (as a scheduler's requeue does): the
 // run ends with the parameters of an uninterrupted one, bit for bit.
 TEST_F(ResumeTest, SurvivesRepeatedKillNine) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   const std::string plan = MakePlan(2, "full_shard", 2);
   constexpr int kSteps = 40;
   ASSERT_EQ(Run(plan, kSteps, "straight").status, 0);
@@ -341,6 +350,7 @@ TEST_F(ResumeTest, SurvivesRepeatedKillNine) {
 // save, write the summary and exit; the resumed run ends where an
 // uninterrupted one does.
 TEST_F(ResumeTest, SigtermSavesAndResumes) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   const std::string plan = MakePlan(2, "full_shard", 2);
   ASSERT_EQ(Run(plan, 200, "straight", "--no-final-weights").status, 0);
   const std::string command = std::string(LLMPLAN_BINARY) + " run --cpu --plan " + plan + " --data " +
@@ -418,6 +428,153 @@ TEST_F(ResumeTest, AnEarlierRunIsNeverOverwrittenSilently) {
   ::close(lock);
 }
 
+// Resuming a run that already took its --steps: nothing to do, and the
+// finished run's summary, metrics and weights are left exactly as they were;
+// --steps below the checkpoint's step is an error (it is the run's total).
+TEST_F(ResumeTest, ResumingAFinishedRunLeavesItsFilesAsTheyWere) {
+  const std::string plan = MakePlan(1, "no_shard", 4);
+  const std::string ckpt = "--ckpt-dir " + Path("ckpt");
+  ASSERT_EQ(Run(plan, 3, "run", ckpt).status, 0);
+  const std::string summary = executor_test::ReadAll(Path("run/summary.json")), metrics = executor_test::ReadAll(Path("run/metrics.jsonl"));
+  const auto weights_time = fs::last_write_time(Path("run/final.safetensors"));
+  ASSERT_NE(summary.find("\"steps\": 3"), std::string::npos) << summary;
+
+  CommandResult again = Run(plan, 3, "run", ckpt + " --resume");
+  EXPECT_EQ(again.status, 0) << again.output;
+  EXPECT_NE(again.output.find("the run already reached step 3"), std::string::npos) << again.output;
+  CommandResult fewer = Run(plan, 2, "run", ckpt + " --resume");
+  EXPECT_EQ(fewer.status, 2) << fewer.output;
+  EXPECT_NE(fewer.output.find("--steps 2 is below the step of the checkpoint to resume from (3, "), std::string::npos)
+      << fewer.output;
+  EXPECT_EQ(executor_test::LlmplanErrorLines(fewer.output).size(), 1u) << fewer.output;
+
+  EXPECT_EQ(executor_test::ReadAll(Path("run/summary.json")), summary);
+  EXPECT_EQ(executor_test::ReadAll(Path("run/metrics.jsonl")), metrics);
+  EXPECT_EQ(fs::last_write_time(Path("run/final.safetensors")), weights_time);
+  // One more step is trained as usual.
+  CommandResult more = Run(plan, 4, "run", ckpt + " --resume");
+  EXPECT_EQ(more.status, 0) << more.output;
+  EXPECT_EQ(Losses(Path("run")).size(), 4u);
+}
+
+// The manifest is checked like the shards: a changed step (or data position)
+// fails its own checksum; a copied or renamed step-N directory, one without a
+// manifest, or one missing a listed file is never resumed from, and what was
+// skipped is said. With nothing left, --resume does not start over an earlier
+// run's metrics.
+TEST_F(ResumeTest, AChangedManifestOrACopiedCheckpointIsNeverResumedFromSilently) {
+  const std::string plan = MakePlan(1, "no_shard", 4);
+  const std::string ckpt = "--ckpt-dir " + Path("ckpt") + " --ckpt-every 1 --ckpt-keep 3 --no-final-weights";
+  ASSERT_EQ(Run(plan, 2, "run", ckpt).status, 0);
+  const std::string step1 = Path("ckpt/step-00000001"), step2 = Path("ckpt/step-00000002");
+  {  // step 2's manifest says step 3: one digit changed
+    std::string text = executor_test::ReadAll(step2 + "/manifest.json");
+    const std::string was = "\"step\": 2", now = "\"step\": 3";
+    const size_t at = text.find(was);
+    ASSERT_NE(at, std::string::npos) << text.substr(0, 400);
+    text.replace(at, was.size(), now);
+    std::ofstream(step2 + "/manifest.json", std::ios::trunc) << text;
+  }
+  CommandResult direct = Run(plan, 4, "run", ckpt + " --resume-from " + step2);
+  EXPECT_EQ(direct.status, 2) << direct.output;
+  EXPECT_NE(direct.output.find("does not match its contents"), std::string::npos) << direct.output;
+  // A copy of step 1 under a later name.
+  fs::copy(step1, Path("ckpt/step-00000099"), fs::copy_options::recursive);
+  fs::create_directories(Path("ckpt/step-00000050"));  // no manifest
+
+  CommandResult resumed = Run(plan, 3, "run", ckpt + " --resume");
+  EXPECT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + step1), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find(step2 + " skipped: "), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("step-00000099 is named for step 99 but its manifest holds step 1"), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("step-00000050 skipped: it has no manifest.json"), std::string::npos) << resumed.output;
+  EXPECT_EQ(Losses(Path("run")).size(), 3u) << "steps 1..3 read as one run";
+  EXPECT_TRUE(fs::exists(step1)) << "pruning kept the real checkpoints, not the copy";
+
+  // A file the manifest lists is missing: refused, not resumed without it.
+  fs::remove(Path("ckpt/step-00000003/plan.json"));
+  CommandResult missing = Run(plan, 4, "run", ckpt + " --resume-from " + Path("ckpt/step-00000003"));
+  EXPECT_EQ(missing.status, 2) << missing.output;
+  EXPECT_NE(missing.output.find("plan.json is missing"), std::string::npos) << missing.output;
+
+  // Nothing usable left: --resume refuses to start over the earlier metrics.
+  fs::remove_all(Path("ckpt"));
+  fs::create_directories(Path("ckpt/step-00000007"));
+  CommandResult over = Run(plan, 4, "run", ckpt + " --resume");
+  EXPECT_EQ(over.status, 2) << over.output;
+  EXPECT_NE(over.output.find("holds no checkpoint to resume from"), std::string::npos) << over.output;
+  EXPECT_EQ(Losses(Path("run")).size(), 3u) << "the earlier metrics are kept";
+}
+
+// Two runs saving into one --ckpt-dir would interleave their checkpoints and
+// a later --resume could continue the other run: the directory is locked as
+// --out is.
+TEST_F(ResumeTest, TwoRunsNeverShareACheckpointDirectory) {
+  const std::string plan = MakePlan(1, "no_shard", 4);
+  fs::create_directories(Path("ckpt"));
+  const int lock = ::open(Path("ckpt/.llmplan.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(::flock(lock, LOCK_EX), 0);  // as a run writing there holds it
+  CommandResult second = Run(plan, 1, "second", "--ckpt-dir " + Path("ckpt"));
+  EXPECT_EQ(second.status, 2) << second.output;
+  EXPECT_NE(second.output.find("is writing to " + Path("ckpt") + ": wait for it or choose another --ckpt-dir"),
+            std::string::npos)
+      << second.output;
+  EXPECT_FALSE(fs::exists(Path("ckpt/step-00000001")));
+  ::close(lock);
+  EXPECT_EQ(Run(plan, 1, "second", "--ckpt-dir " + Path("ckpt") + " --overwrite").status, 0);
+  EXPECT_TRUE(fs::exists(Path("ckpt/step-00000001")));
+}
+
+// export into a directory that already holds a model replaces it only when
+// asked to.
+TEST_F(ResumeTest, ExportIntoADirectoryHoldingAModelNeedsOverwrite) {
+  const std::string plan = MakePlan(1, "no_shard", 4);
+  ASSERT_EQ(Run(plan, 1, "run", "--ckpt-dir " + Path("ckpt") + " --no-final-weights").status, 0);
+  const std::string exported = "export --ckpt " + Path("ckpt/step-00000001") + " --out " + Path("hf");
+  ASSERT_EQ(RunLlmplan(exported).status, 0);
+  const auto written = fs::last_write_time(Path("hf/model.safetensors"));
+  CommandResult again = RunLlmplan(exported);
+  EXPECT_EQ(again.status, 2) << again.output;
+  EXPECT_NE(again.output.find("already holds a model"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("--overwrite"), std::string::npos) << again.output;
+  EXPECT_EQ(fs::last_write_time(Path("hf/model.safetensors")), written);
+  EXPECT_EQ(RunLlmplan(exported + " --overwrite").status, 0);
+}
+
+// Weights with tensors the model does not use (a larger model's layers) are
+// refused: silently dropping them trains another model than the user meant.
+// --init-partial loads what matches and lists what it left out.
+TEST_F(ResumeTest, InitFromWeightsWithTensorsTheModelDoesNotUseIsAnError) {
+  const std::string plan = MakePlan(1, "no_shard", 4);
+  ASSERT_EQ(Run(plan, 1, "run").status, 0);
+  auto tensors = checkpoint::ReadSafetensors(Path("run/final.safetensors")).tensors;
+  ASSERT_TRUE(tensors.count("model.layers.0.mlp.up_proj.weight"));
+  tensors["model.layers.99.mlp.up_proj.weight"] = tensors.at("model.layers.0.mlp.up_proj.weight").clone();
+  checkpoint::WriteSafetensors(Path("larger.safetensors"), tensors);
+
+  CommandResult refused = Run(plan, 1, "refused", "--init-from " + Path("larger.safetensors"));
+  EXPECT_EQ(refused.status, 2) << refused.output;
+  EXPECT_EQ(executor_test::LlmplanErrorLines(refused.output).size(), 1u) << refused.output;
+  EXPECT_NE(refused.output.find("holds 1 tensor(s) this model does not use (model.layers.99.mlp.up_proj.weight)"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("--init-partial"), std::string::npos) << refused.output;
+
+  CommandResult partial = Run(plan, 1, "partial", "--init-from " + Path("larger.safetensors") + " --init-partial");
+  EXPECT_EQ(partial.status, 0) << partial.output;
+  EXPECT_NE(partial.output.find("left out 1 tensor(s) of " + Path("larger.safetensors") +
+                                " the model does not use: model.layers.99.mlp.up_proj.weight"),
+            std::string::npos)
+      << partial.output;
+  // The file's own tensors, exactly: a tied head or rotary tables are not "unused".
+  tensors.erase("model.layers.99.mlp.up_proj.weight");
+  tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch::ones({4});
+  checkpoint::WriteSafetensors(Path("with_rotary.safetensors"), tensors);
+  EXPECT_EQ(Run(plan, 1, "rotary", "--init-from " + Path("with_rotary.safetensors")).status, 0);
+}
+
 // A checkpoint directory that cannot be written: a warning per save, the
 // training itself unharmed.
 TEST_F(ResumeTest, UnwritableCheckpointDirectoryDoesNotStopTraining) {
@@ -433,6 +590,7 @@ TEST_F(ResumeTest, UnwritableCheckpointDirectoryDoesNotStopTraining) {
 // last checkpoint equals the run's final weights; a run started from it
 // starts from them.
 TEST_F(ResumeTest, ExportAndInitFromRoundTrip) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   const std::string plan = MakePlan(2, "full_shard", 2);
   ASSERT_EQ(Run(plan, 2, "run", "--ckpt-dir " + Path("ckpt")).status, 0);
   CommandResult exported = RunLlmplan("export --ckpt " + Path("ckpt/step-00000002") + " --out " + Path("hf") + " --dtype fp32");

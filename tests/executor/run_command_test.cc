@@ -19,6 +19,7 @@
 #include "tests/cli_runner.h"
 #include "tests/executor/run_test_support.h"
 #include "tests/executor/rank_processes.h"
+#include "tests/executor/gloo_skip.h"
 #include <nlohmann/json.hpp>
 
 #include "executor/launcher/launcher.h"
@@ -123,6 +124,7 @@ TEST_F(RunCommandTest, TrainsOnRealTextAndLossFalls) {
 }
 
 TEST_F(RunCommandTest, LaunchesOneRankPerCpuRank) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   // llmplan execs llmplan-executor, whose launcher starts the ranks.
   MakeQuickPlanAndData();
   MakeTwoRankPlan();
@@ -133,6 +135,7 @@ TEST_F(RunCommandTest, LaunchesOneRankPerCpuRank) {
 }
 
 TEST_F(RunCommandTest, RunsAsTheRankTorchrunStarted) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
   // `torchrun --no-python --nproc-per-node 2 llmplan run ...`: torchrun's
   // variables pass through llmplan's exec, so each process trains as its rank.
   MakeQuickPlanAndData();
@@ -169,6 +172,17 @@ TEST_F(RunCommandTest, BadInputIsOneLineWithStatus2) {
   CommandResult steps = RunLlmplan("run --plan " + Path("plan.json") + " --data " + Path("text.bin") +
                                    " --steps 0 --out " + Path("r") + " --cpu");
   EXPECT_EQ(steps.status, 2) << steps.output;
+  // Numbers that are not numbers, or out of range: NaN passes a range check
+  // written with < and >, and would reach the optimizer or the cost report.
+  for (const std::string& flag : {"--lr nan", "--lr -0.1", "--lr 1", "--price nan", "--price -1", "--ckpt-every -1"}) {
+    CommandResult bad = RunLlmplan("run --plan " + Path("plan.json") + " --data " + Path("text.bin") +
+                                   " --steps 1 --out " + Path("r") + " --cpu " + flag);
+    EXPECT_EQ(bad.status, 2) << flag << ": " << bad.output;
+    EXPECT_EQ(executor_test::LlmplanErrorLines(bad.output).size(), 1u) << flag << ": " << bad.output;
+    EXPECT_NE(bad.output.find(flag.substr(0, flag.find(' '))), std::string::npos) << flag << ": " << bad.output;
+    EXPECT_LT(bad.output.size(), 300u) << flag << ": " << bad.output;
+    EXPECT_FALSE(std::filesystem::exists(Path("r"))) << flag << ": nothing is written for bad input";
+  }
 }
 
 TEST_F(RunCommandTest, KernelTraceOfOneStepIsLeftOutOfTheMeansAndBadStepsAreRefused) {

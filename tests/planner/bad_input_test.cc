@@ -68,7 +68,7 @@ TEST(BadInputTest, AbsurdGlobalBatchesFailInOneLineNamingTheLimit) {
   const std::string base = "estimate --model llama3-8b --gpu h100-sxm-80g ";
   // 2^63 - 25: not a multiple of 8 GPUs (the default).
   ExpectOneLine(Bounded(base + "--global-batch 9223372036854775783", dir), "is not a multiple of 8 GPUs");
-  // Used to walk every divisor candidate up to sqrt(2^63) (minutes).
+  // Not a walk over every divisor candidate up to sqrt(2^63) (minutes).
   const std::string limit = "over the 123136 the search can try for llama3-8b (micro-batch <= 256 x grad-accum <= 481)";
   ExpectOneLine(Bounded(base + "--global-batch 9223372036854775783 --gpus 1", dir), limit);
   ExpectOneLine(Bounded(base + "--global-batch 9223372036854775776 --gpus 8", dir), limit);
@@ -79,10 +79,26 @@ TEST(BadInputTest, AbsurdGlobalBatchesFailInOneLineNamingTheLimit) {
                 "grad-accum <= 7710");
 }
 
+TEST(BadInputTest, NumbersThatAreNotNumbersOrOutOfRangeAreOneLine) {
+  // NaN compares false with every bound, so a range check written as
+  // `if (x < lo || x > hi)` lets it through into the plan.
+  ScratchDir dir;
+  const std::string base = "estimate --model tiny-llama --gpus 1 --gpu cpu ";
+  ExpectOneLine(Bounded(base + "--lr nan", dir), "--lr");
+  ExpectOneLine(Bounded(base + "--lr -1", dir), "learning rate in (0, 1)");
+  ExpectOneLine(Bounded(base + "--lr 0", dir), "learning rate in (0, 1)");
+  ExpectOneLine(Bounded(base + "--warmup-steps -5", dir), "--warmup-steps");
+  ExpectOneLine(Bounded(base + "--decay-steps -5", dir), "--decay-steps");
+  ExpectOneLine(Bounded(base + "--global-batch-tokens nan", dir), "--global-batch-tokens");
+  ExpectOneLine(Bounded(base + "--global-batch-tokens inf", dir), "--global-batch-tokens");
+  ExpectOneLine(Bounded("estimate --model tiny-llama --gpu cpu --gpus 1000000000", dir),
+                "--gpus 1000000000 is more GPUs than llmplan plans for (at most 1048576)");
+}
+
 TEST(BadInputTest, LargeGlobalBatchIsABoundedSearch) {
-  // 8,192 sequences per GPU: the search used to simulate steps of up to 8,192
-  // micro-batches (1.8 GB and 4 s each, hundreds of them). Now micro-batches
-  // needing over SearchGradAccumLimit are skipped, and the answer says so.
+  // 8,192 sequences per GPU: simulating steps of up to 8,192 micro-batches
+  // would take 1.8 GB and 4 s each, hundreds of them. Micro-batches needing
+  // over SearchGradAccumLimit are skipped, and the answer says so.
   ScratchDir dir;
   CliResult r = Bounded("estimate --model llama3-8b --gpu h100-sxm-80g --global-batch 65536 --gpus 8", dir, 120);
   ExpectOneLine(r, "smaller micro-batches need over 481 micro-batches per step and were not tried");

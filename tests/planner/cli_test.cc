@@ -328,7 +328,7 @@ TEST(CliTest, HostileModelConfigsExitTwoWithOneLine) {
       {"tie_string.json", with("tie_word_embeddings", "true")},
       {"mlp_bias.json", with("mlp_bias", true)},
       {"rope.json", with("rope_theta", -1)},
-      // Each field below 2^24 but hidden x heads x head_dim = 2^72: used to overflow int64.
+      // Each field below 2^24 but hidden x heads x head_dim = 2^72: past int64.
       {"overflow_product.json", [&] {
          nlohmann::json j = good;
          for (const char* k : {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
@@ -407,9 +407,12 @@ TEST(CliTest, MalformedPlanFilesForSimulate) {
       {"kv.json", edit([](auto& j) { j["model"]["num_key_value_heads"] = 3; })},
       {"hidden.json", edit([](auto& j) { j["model"]["hidden_size"] = -64; })},
       {"lr.json", edit([](auto& j) { j["optimizer"]["lr"] = "high"; })},
+      {"no_optimizer.json", edit([](auto& j) { j.erase("optimizer"); })},
+      {"global_batch_negative.json", edit([](auto& j) { j["global_batch"] = -8; })},
+      {"global_batch_other.json", edit([](auto& j) { j["global_batch"] = j["global_batch"].template get<int64_t>() + 1; })},
       {"dtype.json", edit([](auto& j) { j["param_dtype"] = "fp8"; })},
       {"prefetch.json", edit([](auto& j) { j["prefetch_depth"] = 100; })},
-      // Every factor in range, tokens per step 2^20 * 2^16 * 2^16 * 2^22 = 2^74: used to print "0 tokens".
+      // Every factor in range, tokens per step 2^20 * 2^16 * 2^16 * 2^22 = 2^74: not "0 tokens".
       {"absurd_tokens.json", edit([](auto& j) {
          j["gpus"] = 1048576;
          j["shard_group_size"] = 1048576;

@@ -15,6 +15,7 @@
 #include "base/user_error.h"
 #include "simulator/evaluate.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/option_checks.h"
 #include "tools/cli/report.h"
 
 namespace llmplan::cli {
@@ -45,8 +46,10 @@ struct EstimateOptions {
 
 int ParseGpus(const std::string& text) {
   if (text == "auto") return 0;
-  if (text.empty() || text.size() > 7 || text.find_first_not_of("0123456789") != std::string::npos)
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
     throw UserError("--gpus must be a positive whole number or 'auto' (got '" + text + "')");
+  if (text.find_first_not_of('0') != std::string::npos && text.size() - text.find_first_not_of('0') > 7)
+    throw UserError("--gpus " + text + " is more GPUs than llmplan plans for (at most 1048576)");
   int g = std::stoi(text);
   if (g < 1) throw UserError("--gpus must be at least 1 (or 'auto')");
   return g;
@@ -231,7 +234,8 @@ void AddEstimateCommand(CLI::App& app) {
   cmd->add_option("--gpu", o->gpu, "Hardware profile name (profiles/*.json) or path")->capture_default_str();
   cmd->add_option("--seq", o->seq, "Sequence length in tokens (default: 4096, or the model's maximum if smaller)");
   cmd->add_option("--global-batch", o->global_batch, "Sequences per optimizer step over all GPUs (default: free)");
-  cmd->add_option("--global-batch-tokens", o->global_batch_tokens, "Tokens per optimizer step (alternative form)");
+  cmd->add_option("--global-batch-tokens", o->global_batch_tokens, "Tokens per optimizer step (alternative form)")
+      ->check(NumberWhere([](double v) { return v >= 1; }, "at least 1"));
   cmd->add_option("--strategy", o->strategy, "Pin: full_shard | shard_grad_op | no_shard | hybrid_shard");
   cmd->add_option("--shard-group", o->shard_group, "Pin: GPUs per shard group (hybrid_shard)");
   cmd->add_option("--micro-batch", o->micro_batch, "Pin: sequences per GPU per forward/backward");
@@ -270,9 +274,11 @@ void AddEstimateCommand(CLI::App& app) {
   cmd->add_option("--target-days", o->target_days, "With --gpus auto: also finish --train-tokens within this time");
   cmd->add_option("--loss-chunk", o->loss_chunk,
                   "Tokens per chunk of the cross-entropy (default: 1024, and 4096 tried on the best plan)");
-  cmd->add_option("--lr", o->lr, "Peak learning rate recorded in the plan");
-  cmd->add_option("--warmup-steps", o->warmup, "Warm-up steps recorded in the plan");
-  cmd->add_option("--decay-steps", o->decay, "Cosine decay length recorded in the plan");
+  cmd->add_option("--lr", o->lr, "Peak learning rate recorded in the plan")->check(LearningRate());
+  cmd->add_option("--warmup-steps", o->warmup, "Warm-up steps recorded in the plan")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--decay-steps", o->decay, "Cosine decay length recorded in the plan")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_flag("--ckpt-async", o->ckpt_async,
                 "The run will save checkpoints with --ckpt-async: count the host memory they stage (12 bytes per "
                 "parameter of a shard, on the first shard group's ranks)");

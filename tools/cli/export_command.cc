@@ -1,11 +1,13 @@
 // llmplan export: a checkpoint as a Hugging Face model directory.
 //
-//   llmplan export --ckpt CKPT_DIR/step-NNNNNNNN --out HF_DIR [--dtype bf16|fp32]
+//   llmplan export --ckpt CKPT_DIR/step-NNNNNNNN --out HF_DIR [--dtype bf16|fp32] [--overwrite]
 //
 // The checkpoint's checksums are verified first; HF_DIR gets config.json and
 // model.safetensors (or 5 GB shards with model.safetensors.index.json), which
-// transformers, vLLM and `llmplan run --init-from` read.
+// transformers, vLLM and `llmplan run --init-from` read. A directory that
+// already holds a model is replaced only with --overwrite.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -23,7 +25,17 @@ struct ExportArgs {
   std::string ckpt;
   std::string out;
   std::string dtype = "bf16";
+  bool overwrite = false;
 };
+
+// True when `dir` holds what an export writes (an earlier model).
+bool HoldsAModel(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const char* name : {"config.json", "model.safetensors", "model.safetensors.index.json"})
+    if (fs::exists(fs::path(dir) / name, ec)) return true;
+  return false;
+}
 
 void ExportCommand(const ExportArgs& a) {
   executor::ExportOptions options;
@@ -34,6 +46,9 @@ void ExportCommand(const ExportArgs& a) {
   } else {
     throw UserError("--dtype must be bf16 or fp32, got '" + a.dtype + "'");
   }
+  if (!a.overwrite && HoldsAModel(a.out))
+    throw UserError("--out " + a.out + " already holds a model (config.json, model.safetensors): pass --overwrite to "
+                    "replace it, or another --out");
   const int64_t bytes = executor::ExportCheckpoint(a.ckpt, a.out, options);
   std::printf("exported %s to %s (%.2f GB of %s weights, config.json)\n", a.ckpt.c_str(), a.out.c_str(), bytes / 1e9,
               a.dtype.c_str());
@@ -47,6 +62,7 @@ void AddExportCommand(CLI::App& app) {
   cmd->add_option("--ckpt", args->ckpt, "Checkpoint directory (CKPT_DIR/step-NNNNNNNN)")->required();
   cmd->add_option("--out", args->out, "Hugging Face model directory to write")->required();
   cmd->add_option("--dtype", args->dtype, "Weights dtype: bf16 (default) or fp32");
+  cmd->add_flag("--overwrite", args->overwrite, "Replace the model an earlier export wrote to --out");
   cmd->callback([args] { ExportCommand(*args); });
 }
 

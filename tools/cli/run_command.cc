@@ -4,27 +4,34 @@
 //   llmplan run --plan plan.json --data tokens.bin --steps N --out RUN_DIR
 //               [--cpu [--cpu-ranks N]] [--dtype bf16|fp32] [--lr X] [--no-final-weights]
 //               [--ckpt-dir DIR [--ckpt-every K] [--ckpt-keep N] [--ckpt-async]]
-//               [--resume | --resume-from DIR/step-NNNNNNNN | --init-from HF_DIR]
+//               [--resume | --resume-from DIR/step-NNNNNNNN | --init-from HF_DIR [--init-partial]]
 //               [--overwrite] [--bad-step stop|skip] [--spike-factor F]
 //               [--price DOLLARS_PER_GPU_HOUR] [--target-tokens N]
 //               [--loader-workers N] [--loader-prefetch K] [--nvme-dir DIR] [--kernel-trace STEP]
 //
 // The plan comes from `llmplan estimate ... -o plan.json`; the token file from
 // `llmplan data prepare` or any format data/token_file.h reads.
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 
 #include "base/user_error.h"
+#include "executor/checkpoint/checkpoint_store.h"
+#include "executor/checkpoint/manifest.h"
 #include "executor/comm/distributed_env.h"
 #include "executor/launcher/launcher.h"
 #include "executor/run/metrics.h"
 #include "executor/run/preflight.h"
 #include "executor/run/run_directory.h"
+#include "executor/run/stop_request.h"
 #include "executor/run/trainer.h"
 #include "feedback/kernel_profile.h"
 #include "planner/hardware_profile.h"
@@ -34,6 +41,7 @@
 #include "simulator/evaluate.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/executor_commands.h"
+#include "tools/cli/option_checks.h"
 
 namespace llmplan::cli {
 
@@ -79,6 +87,37 @@ double PredictedTokensPerSecondPerGpu(const Plan& plan, const HardwareProfile& p
   return EvaluateProgram(plan, profile, program).tokens_per_second_per_gpu;
 }
 
+// True when the checkpoint a resume would start from is already at `steps`
+// (it says so: nothing to train); throws when that checkpoint is past them.
+bool AlreadyReachedItsSteps(const executor::TrainConfig& config, int64_t steps) {
+  std::string from = config.resume_from;
+  if (from.empty()) {
+    if (std::optional<std::string> newest = checkpoint::CheckpointStore(config.ckpt_dir).Newest()) from = *newest;
+  }
+  if (from.empty()) {
+    // Nothing to resume from: the run starts at step 0, which is what a job's
+    // first submission wants, but over an earlier run's metrics it would
+    // drop them all.
+    std::ifstream metrics(std::filesystem::path(config.run_dir) / "metrics.jsonl");
+    std::string line;
+    if (metrics && std::getline(metrics, line) && !line.empty())
+      throw UserError("--resume: " + config.ckpt_dir + " holds no checkpoint to resume from (see the warnings above), "
+                      "but " + config.run_dir + " holds the metrics of an earlier run: starting at step 0 would drop "
+                      "them; pass --overwrite instead of --resume to start again, or --resume-from a checkpoint");
+    return false;
+  }
+  const int64_t step = checkpoint::ReadManifest(from).step;
+  if (step > steps)
+    throw UserError("--steps " + std::to_string(steps) + " is below the step of the checkpoint to resume from (" +
+                    std::to_string(step) + ", " + from + "): --steps is the run's total, so pass --steps " +
+                    std::to_string(step) + " or more");
+  if (step < steps) return false;
+  std::cout << "llmplan: the run already reached step " << steps << " (" << from
+            << "); nothing to train and every file left as it was: pass a larger --steps to train further"
+            << std::endl;
+  return true;
+}
+
 void RunCommand(const RunOptions& o) {
   executor::TrainConfig config = o.train;
   config.plan = LoadPlan(o.plan_path);
@@ -109,6 +148,9 @@ void RunCommand(const RunOptions& o) {
   config.run_dir_mode = resuming                            ? executor::RunDirectoryMode::kResume
                         : o.overwrite                       ? executor::RunDirectoryMode::kOverwrite
                                                             : executor::RunDirectoryMode::kNew;
+  // A run resumed at or past its last step: decided before any file of the
+  // run is opened, so its summary and metrics stay exactly as they are.
+  if (resuming && AlreadyReachedItsSteps(config, o.steps)) return;
   // Checked here too (before any rank starts), so a refused --out is one line.
   executor::CheckRunDirectory(config.run_dir, config.run_dir_mode);
   if (o.cpu_ranks > 0 && !o.cpu) throw UserError("--cpu-ranks needs --cpu (on GPUs, one rank per planned GPU starts)");
@@ -116,6 +158,17 @@ void RunCommand(const RunOptions& o) {
   if (local_ranks != config.plan.gpus) {
     throw UserError("--cpu-ranks " + std::to_string(local_ranks) + " differs from the plan's " +
                     std::to_string(config.plan.gpus) + " GPUs (one rank per planned GPU)");
+  }
+  // Each CPU rank is a LibTorch process training its shard on the cores it
+  // shares with the others: past a few per core a run only thrashes (and a
+  // thousand of them would take the machine down before the first step).
+  if (o.cpu && !executor::UnderExternalLauncher()) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int most = std::max(8, 4 * cores);
+    if (local_ranks > most)
+      throw UserError("the plan is for " + std::to_string(local_ranks) + " GPUs, and --cpu starts one process per "
+                      "GPU: this machine has " + std::to_string(cores) + " cores, enough for at most " +
+                      std::to_string(most) + " CPU ranks; plan for fewer (llmplan estimate --gpu cpu --gpus N)");
   }
   // One process per local GPU (or CPU rank), unless torchrun or Slurm already
   // started one per rank: then this process is that rank.
@@ -144,7 +197,7 @@ void RunCommand(const RunOptions& o) {
     std::string failure;
     const auto launched = std::filesystem::file_time_type::clock::now();
     if (const int rc = executor::LaunchLocalRanks(spec, &failure); rc != 0) {  // it printed why
-      executor::AmendFailedSummary(config.run_dir, failure, launched);  // the cause, not rank 0's view of it
+      executor::AmendFailedSummary(config.run_dir, config.ckpt_dir, failure, launched);  // the cause, not rank 0's view of it
       std::exit(rc);
     }
     return;
@@ -152,11 +205,12 @@ void RunCommand(const RunOptions& o) {
   if (rank0) config.predicted_tokens_per_s_per_gpu = PredictedTokensPerSecondPerGpu(config.plan, config.profile, config.program);
   config.read_kernel_trace = WriteKernelProfile;
   const executor::RunSummary summary = executor::TrainOnTokenFile(config, o.data_path);
-  // Stopped by SIGINT/SIGTERM: a lone process says so as a shell expects (a
-  // launcher's ranks exit 0 and the launcher returns it; torchrun's ranks
-  // leave it to torchrun).
-  if (summary.status == "stopped" && !executor::UnderExternalLauncher())
-    std::exit(128 + (summary.stopped_by == "SIGINT" ? SIGINT : SIGTERM));
+  // Stopped by a signal: the process that received it exits 128 + signal, as
+  // a shell expects, so that a launcher (llmplan's own, torchrun, Slurm) and
+  // the scheduler above it see a stopped job, not a finished one. Ranks that
+  // stopped only because a peer was signalled exit 0.
+  if (summary.status == "stopped" && executor::StopRequest::Signal() != 0)
+    std::exit(128 + executor::StopRequest::Signal());
 }
 
 }  // namespace
@@ -172,14 +226,14 @@ void AddRunCommand(CLI::App& app) {
       ->required();
   run->add_flag("--cpu", options->cpu, "Train on the CPU instead of CUDA GPUs");
   run->add_option("--dtype", options->dtype, "Compute dtype, overriding the plan's: bf16 or fp32");
-  run->add_option("--lr", options->lr, "Peak learning rate, overriding the plan's");
+  run->add_option("--lr", options->lr, "Peak learning rate, overriding the plan's")->check(LearningRate());
   run->add_flag("--no-final-weights", options->no_final_weights,
                 "Skip RUN_DIR/final.safetensors (for throughput runs: an 8B model is 32 GB to gather and write)");
   run->add_option("--ckpt-dir", options->train.ckpt_dir,
                   "Checkpoint directory (every rank must see it): step-NNNNNNNN/ per checkpoint, saved atomically");
   run->add_option("--ckpt-every", options->train.ckpt_every,
                   "Save a checkpoint every K steps (0: at the end and on SIGINT/SIGTERM only)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   run->add_option("--ckpt-keep", options->train.ckpt_keep, "Complete checkpoints to keep (default 2)")->check(CLI::Range(1, 1000000));
   run->add_option("--nvme-dir", options->train.nvme_dir,
                   "Directory on a local SSD for each rank's AdamW state file (plans with offload_to nvme)");
@@ -191,6 +245,9 @@ void AddRunCommand(CLI::App& app) {
   run->add_option("--resume-from", options->train.resume_from, "Continue from this checkpoint directory (DIR/step-NNNNNNNN)");
   run->add_option("--init-from", options->train.init_from,
                   "Start from Hugging Face weights: a directory with model.safetensors (or its index) or one file");
+  run->add_flag("--init-partial", options->train.init_partial,
+                "With --init-from: load the tensors that match although the file holds others the model does not "
+                "use (they are listed); without it they are an error");
   run->add_flag("--overwrite", options->overwrite, "Replace the files of an earlier run in --out");
   run->add_option("--bad-step", options->bad_step,
                   "A step whose loss or gradient norm is not finite or spikes: stop (default) or skip its update");
@@ -199,7 +256,7 @@ void AddRunCommand(CLI::App& app) {
   run->add_option("--price", options->train.price_per_gpu_hour,
                   "Dollars per GPU-hour (per rank-hour with --cpu) for the cost so far and projected "
                   "(default: the profile's price_per_gpu_hour; 0: report GPU-hours only)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(NumberWhere([](double v) { return v >= 0 && v <= 1e6; }, "in [0, 1000000]"));
   run->add_option("--target-tokens", options->train.target_tokens,
                   "Tokens the time and cost projection aims at (default: --steps x the plan's tokens per step)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 62));
