@@ -379,6 +379,7 @@ int StoppedOnSignal(int status) {
 // (the communicators' and the watchdog's messages name the group and its
 // backend): a consequence of another rank's failure, if there is one.
 bool PeerFailure(const std::string& cause) {
+  if (cause.find("another rank found ") != std::string::npos) return true;  // training_state.cc's checkpoint vote
   return cause.find(" group ") != std::string::npos &&
          (cause.find("(gloo)") != std::string::npos || cause.find("(nccl)") != std::string::npos);
 }

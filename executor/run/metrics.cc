@@ -234,8 +234,15 @@ nlohmann::json LauncherSummary(const std::string& run_dir, const std::string& ck
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) last_step = j["step"].get<int64_t>();
   }
+  // The newest checkpoint the error does not name (a damaged one is not
+  // offered to resume from).
   std::string last_checkpoint;
-  if (!ckpt_dir.empty()) last_checkpoint = checkpoint::CheckpointStore(ckpt_dir).Newest().value_or("");
+  if (!ckpt_dir.empty()) {
+    const checkpoint::CheckpointStore store(ckpt_dir);
+    const std::vector<int64_t> steps = store.CompleteSteps();
+    for (auto it = steps.rbegin(); it != steps.rend() && last_checkpoint.empty(); ++it)
+      if (error.find(store.PathOf(*it)) == std::string::npos) last_checkpoint = store.PathOf(*it);
+  }
   return {{"status", "failed"},         {"error", error},     {"last_step", last_step},
           {"last_checkpoint", last_checkpoint}, {"stopped_by", ""}, {"written_by", "launcher"}};
 }

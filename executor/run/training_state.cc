@@ -5,6 +5,7 @@
 #include <map>
 #include <thread>
 
+#include "base/user_error.h"
 #include "executor/checkpoint/pretrained_weights.h"
 #include "executor/checkpoint/safetensors.h"
 #include "executor/checkpoint/sharded_checkpoint.h"
@@ -24,7 +25,26 @@ TrainingState::TrainingState(const TrainConfig& config, const RankSetup& rank, B
   UnitValues initial_values;
   if (!rank.resume_path.empty()) {
     checkpoint = std::make_unique<CheckpointReader>(rank.resume_path, *model_);
-    checkpoint->VerifyFilesFor(plan, shard_rank);  // damaged: refused before a byte is used
+    // Damaged: refused before a byte is used, and before any rank trains.
+    // Each rank checks the shards it reads, then they agree in one tiny
+    // all-reduce: without it a rank whose shards were whole began a step
+    // while another was still finding its own damaged.
+    std::string damaged;
+    try {
+      checkpoint->VerifyFilesFor(plan, shard_rank);
+    } catch (const UserError& e) {
+      damaged = e.what();
+    }
+    if (rank.comms.world != nullptr) {
+      at::Tensor vote = at::full({1}, damaged.empty() ? 0.0f : 1.0f, at::TensorOptions().dtype(at::kFloat));
+      vote = vote.to(rank.groups.device);
+      rank.comms.world->AllReduce(vote, "checkpoint check")->Wait();
+      const float ranks_damaged = vote.to(at::kCPU).item<float>();
+      if (damaged.empty() && ranks_damaged > 0)
+        throw UserError("another rank found " + rank.resume_path + " damaged (its error names the file): no rank "
+                        "trained from it; resume from an older checkpoint (--resume-from)");
+    }
+    if (!damaged.empty()) throw UserError(damaged);
     initial_values = [&](int u, int64_t begin, int64_t count) { return checkpoint->Read(u, "master", begin, count); };
   } else if (!config.init_from.empty()) {
     pretrained = std::make_unique<PretrainedWeights>(config.init_from, *model_, config.init_partial);

@@ -401,6 +401,32 @@ TEST_F(ResumeTest, DamagedCheckpointIsRefusedInOneLine) {
   EXPECT_EQ(r.output.find("frame #"), std::string::npos) << r.output;
 }
 
+// A damaged shard of rank 1 of 2: every rank's shards are checked before
+// any rank trains, and the launcher names the rank that found the damage.
+TEST_F(ResumeTest, ADamagedShardOfOneRankStopsEveryRankBeforeAnyStep) {
+  LLMPLAN_SKIP_WITHOUT_GLOO();
+  const std::string plan = MakePlan(2, "full_shard", 2);
+  ASSERT_EQ(Run(plan, 2, "run", "--ckpt-dir " + Path("ckpt")).status, 0);
+  const std::string shard = Path("ckpt/step-00000002/shard-00001-of-00002.safetensors");
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(shard) - 100));
+    f.put('\x7f');
+  }
+  const std::string metrics = executor_test::ReadAll(Path("run/metrics.jsonl"));
+  CommandResult r = Run(plan, 4, "run", "--ckpt-dir " + Path("ckpt") + " --resume");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("llmplan: rank 1 (pid "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("shard-00001-of-00002.safetensors has checksum"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("step 3/"), std::string::npos) << "no rank trained: " << r.output;
+  EXPECT_EQ(executor_test::ReadAll(Path("run/metrics.jsonl")), metrics) << "no step was recorded";
+  EXPECT_NE(r.output.find("another rank found " + Path("ckpt/step-00000002") + " damaged"), std::string::npos)
+      << "rank 0 stopped at the check, not in a step's collective: " << r.output;
+  const std::string summary = executor_test::ReadAll(Path("run/summary.json"));
+  EXPECT_EQ(summary.find("\"last_checkpoint\": \"" + Path("ckpt/step-00000002")), std::string::npos)
+      << "the summary does not offer the damaged checkpoint: " << summary;
+}
+
 TEST_F(ResumeTest, AnEarlierRunIsNeverOverwrittenSilently) {
   const std::string plan = MakePlan(1, "no_shard", 4);
   ASSERT_EQ(Run(plan, 1, "run").status, 0);
