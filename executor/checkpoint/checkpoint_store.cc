@@ -14,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -179,6 +180,26 @@ void CheckpointStore::RemovePartialsExcept(int64_t except_partial_step) const {
     }
   }
   for (const auto& p : stale) RemoveAll(p.string());
+}
+
+DataIdentity IdentifyDataFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw UserError(path + ": cannot open the token file");
+  DataIdentity identity;
+  identity.name = fs::path(path).filename().string();
+  identity.bytes = static_cast<uint64_t>(in.tellg());
+  constexpr uint64_t kEnd = 1 << 20;
+  std::vector<char> block;
+  auto extend = [&](uint64_t offset, uint64_t count) {
+    block.resize(count);
+    in.seekg(static_cast<std::streamoff>(offset));
+    in.read(block.data(), static_cast<std::streamsize>(count));
+    if (!in) throw UserError(path + ": cannot read the token file");
+    identity.ends_crc32c = Crc32cExtend(identity.ends_crc32c, block.data(), count);
+  };
+  extend(0, std::min(identity.bytes, kEnd));
+  if (identity.bytes > kEnd) extend(identity.bytes - std::min(identity.bytes - kEnd, kEnd), std::min(identity.bytes - kEnd, kEnd));
+  return identity;
 }
 
 CheckpointManifest ReadManifest(const std::string& checkpoint_dir) {

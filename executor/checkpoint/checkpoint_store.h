@@ -71,6 +71,10 @@ class CheckpointStore {
   std::string dir_;
 };
 
+// The identity of the token file at `path` (DataIdentity in manifest.h).
+// Throws UserError when it cannot be read.
+DataIdentity IdentifyDataFile(const std::string& path);
+
 // Reads and validates CHECKPOINT/manifest.json (its own checksum included),
 // and checks that a directory named step-N holds step N. Throws UserError.
 CheckpointManifest ReadManifest(const std::string& checkpoint_dir);

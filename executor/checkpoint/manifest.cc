@@ -91,6 +91,9 @@ json ManifestToJson(const CheckpointManifest& m) {
   }
   json files = json::array();
   for (const CheckpointFile& f : m.files) files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"checksum", Crc32cText(f.crc32c)}});
+  json data = nullptr;
+  if (m.data.known())
+    data = {{"name", m.data.name}, {"bytes", m.data.bytes}, {"ends_checksum", Crc32cText(m.data.ends_crc32c)}};
   json j{{"format", kManifestFormat},
               {"version", kManifestVersion},
               {"step", m.step},
@@ -100,6 +103,7 @@ json ManifestToJson(const CheckpointManifest& m) {
               {"model", m.model_name},
               {"saved_by", {{"gpus", m.saved_gpus}, {"strategy", m.saved_strategy}, {"shard_group_size", m.saved_shard_group_size}}},
               {"created_utc", m.created_utc},
+              {"data", data},
               {"state_kinds", {kStateKinds[0], kStateKinds[1], kStateKinds[2]}},
               {"units", units},
               {"files", files}};
@@ -133,6 +137,16 @@ CheckpointManifest ParseManifest(const std::string& text, const std::string& wha
   m.saved_strategy = r.Text(saved, "strategy", "saved_by");
   m.saved_shard_group_size = static_cast<int>(r.Count(saved, "shard_group_size", "saved_by", 1 << 20));
   m.created_utc = r.Text(root, "created_utc", "manifest");
+  if (const auto it = root.find("data"); it != root.end() && !it->is_null()) {
+    m.data.name = r.Text(*it, "name", "data");
+    m.data.bytes = static_cast<uint64_t>(r.Count(*it, "bytes", "data", std::numeric_limits<int64_t>::max()));
+    const std::string checksum = r.Text(*it, "ends_checksum", "data");
+    unsigned value = 0;
+    char tail = 0;
+    if (checksum.size() != 15 || std::sscanf(checksum.c_str(), "crc32c:%8x%c", &value, &tail) != 1)
+      r.Fail("data has checksum \"" + checksum + "\", not crc32c:<8 hex digits>");
+    m.data.ends_crc32c = value;
+  }
 
   std::set<std::string> file_names;
   for (const json& f : r.Array(root, "files", "manifest")) {

@@ -74,6 +74,18 @@ struct CheckpointFile {
   uint32_t crc32c = 0;
 };
 
+// Which token file a run trained on, by content: its size and the CRC-32C
+// of its first and last MiB (a 100 GB file is identified in milliseconds).
+// The data position indexes the sample order of that file; resumed on
+// another, it would index other samples. bytes == 0: not recorded.
+struct DataIdentity {
+  std::string name;  // the file's name when saved (informational)
+  uint64_t bytes = 0;
+  uint32_t ends_crc32c = 0;
+  bool known() const { return bytes > 0; }
+  bool SameFileAs(const DataIdentity& other) const { return bytes == other.bytes && ends_crc32c == other.ends_crc32c; }
+};
+
 struct CheckpointManifest {
   int64_t step = 0;           // optimizer steps taken
   int64_t data_position = 0;  // global samples consumed
@@ -85,6 +97,7 @@ struct CheckpointManifest {
   std::string saved_strategy;
   int saved_shard_group_size = 1;
   std::string created_utc;  // ISO 8601
+  DataIdentity data;        // the token file trained on (absent in older manifests)
   std::vector<CheckpointUnit> units;
   std::vector<CheckpointFile> files;  // every file but manifest.json
 };

@@ -158,6 +158,7 @@ CheckpointManifest CheckpointWriter::Manifest(const TrainingProgress& progress) 
   m.saved_strategy = StrategyName(plan_.strategy);
   m.saved_shard_group_size = plan_.shard_group_size;
   m.created_utc = NowUtc();
+  m.data = options_.data;
   const int group = plan_.shard_group_size;
   for (int u = 0; u < model_.num_units(); ++u) {
     checkpoint::CheckpointUnit unit;

@@ -46,6 +46,7 @@ struct CheckpointOptions {
   int64_t every = 0;    // save after every `every` steps (0: only when stopped by a signal, and at the end)
   int keep = 2;         // complete checkpoints kept
   bool async = false;   // write in the background (see above)
+  checkpoint::DataIdentity data;  // the token file, recorded in each manifest
   // How long rank 0 waits for the other writers' digests.
   std::chrono::seconds wait_for_ranks{1800};
 };

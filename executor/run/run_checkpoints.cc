@@ -14,6 +14,7 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& config, const RankSetup& rank,
   o.every = config.ckpt_every;
   o.keep = config.ckpt_keep;
   o.async = config.ckpt_async;
+  o.data = config.data;
   writer_ = std::make_unique<CheckpointWriter>(config.plan, state.model(), rank.env.rank, o);
 }
 

@@ -15,6 +15,7 @@
 
 #include "base/format.h"
 #include "base/user_error.h"
+#include "executor/checkpoint/checkpoint_store.h"
 #include "executor/data/batch_loader.h"
 #include "executor/run/batch_source.h"
 #include "executor/run/rank_setup.h"
@@ -186,7 +187,9 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
 RunSummary TrainOnTokenFile(const TrainConfig& config, const std::string& token_path) {
   config.plan.Validate();
   TokenFileBatches data(config.plan, token_path, ReadDistributedEnv(), config.loader_workers, config.loader_prefetch);
-  return Train(config, data);
+  TrainConfig on_file = config;
+  on_file.data = checkpoint::IdentifyDataFile(token_path);
+  return Train(on_file, data);
 }
 
 }  // namespace llmplan::executor

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 
+#include "executor/checkpoint/manifest.h"
 #include "executor/run/bad_step.h"
 #include "executor/run/kernel_trace.h"
 #include "executor/run/metrics.h"
@@ -59,6 +60,14 @@ struct TrainConfig {
   // are listed).
   std::string init_from;
   bool init_partial = false;
+  // The token file trained on (set by TrainOnTokenFile): recorded in each
+  // checkpoint, and a resume on another file is refused unless data_changed.
+  checkpoint::DataIdentity data;
+  bool data_changed = false;
+  // Resume a checkpoint saved by a plan with another seed or sequence length
+  // (its data position then names other samples): refused unless
+  // plan_changed. Strategy, GPUs, batch and optimizer may differ.
+  bool plan_changed = false;
   // A step whose loss or gradient norm is not finite or spikes
   // (executor/run/bad_step.h): stop the run, or skip its update.
   BadStepPolicy bad_step;

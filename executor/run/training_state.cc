@@ -11,6 +11,7 @@
 #include "executor/checkpoint/sharded_checkpoint.h"
 #include "executor/optimizer/nvme_optimizer_state.h"
 #include "executor/sharding/shard_model.h"
+#include "planner/plan.h"
 #include "planner/replan_advice.h"
 
 namespace llmplan::executor {
@@ -45,6 +46,35 @@ TrainingState::TrainingState(const TrainConfig& config, const RankSetup& rank, B
                         "trained from it; resume from an older checkpoint (--resume-from)");
     }
     if (!damaged.empty()) throw UserError(damaged);
+    // Which run it belongs to: the plan that saved it (its plan.json) must
+    // have this plan's seed and sequence length, or the data position would
+    // name other samples (the model's shape is checked parameter by
+    // parameter when the shards load).
+    const Plan saved_plan = LoadPlan(rank.resume_path + "/plan.json");
+    if (saved_plan.seed != plan.seed || saved_plan.seq_len != plan.seq_len) {
+      const std::string saved_by = "model " + saved_plan.model.name + ", seed " + std::to_string(saved_plan.seed) +
+                                   ", seq " + std::to_string(saved_plan.seq_len);
+      const std::string this_one = "seed " + std::to_string(plan.seed) + ", seq " + std::to_string(plan.seq_len);
+      if (!config.plan_changed)
+        throw UserError(rank.resume_path + " was saved by another plan (" + saved_by + "; this plan: " + this_one +
+                        "): resume with that plan, or pass --plan-changed to continue it with this one");
+      if (rank.rank0)
+        std::cout << "llmplan: --plan-changed: continuing " << rank.resume_path << " (" << saved_by << ") with "
+                  << this_one << std::endl;
+    }
+    // The data position indexes the sample order of the file it was saved
+    // with: on another file it would index other samples.
+    const checkpoint::DataIdentity& saved = checkpoint->manifest().data;
+    if (saved.known() && config.data.known() && !saved.SameFileAs(config.data)) {
+      if (!config.data_changed)
+        throw UserError("--data " + config.data.name + " (" + std::to_string(config.data.bytes) + " bytes) is not the " +
+                        "token file " + rank.resume_path + " was trained on (" + saved.name + ", " +
+                        std::to_string(saved.bytes) + " bytes): pass that file, or --data-changed to continue on "
+                        "this one (its samples then follow the saved data position)");
+      if (rank.rank0)
+        std::cout << "llmplan: --data-changed: continuing on " << config.data.name << ", not " << saved.name
+                  << " which " << rank.resume_path << " was trained on" << std::endl;
+    }
     initial_values = [&](int u, int64_t begin, int64_t count) { return checkpoint->Read(u, "master", begin, count); };
   } else if (!config.init_from.empty()) {
     pretrained = std::make_unique<PretrainedWeights>(config.init_from, *model_, config.init_partial);

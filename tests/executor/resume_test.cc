@@ -553,6 +553,71 @@ TEST_F(ResumeTest, TwoRunsNeverShareACheckpointDirectory) {
   EXPECT_TRUE(fs::exists(Path("ckpt/step-00000001")));
 }
 
+// The checkpoint records which token file it was trained on (by content):
+// resuming on another is refused unless --data-changed; the same file under
+// another path is the same data.
+TEST_F(ResumeTest, ResumingOnAnotherTokenFileNeedsDataChanged) {
+  const std::string plan = MakePlan(1, "no_shard", 4);
+  const std::string ckpt = "--ckpt-dir " + Path("ckpt") + " --no-final-weights";
+  ASSERT_EQ(Run(plan, 2, "run", ckpt).status, 0);
+  const nlohmann::json manifest =
+      nlohmann::json::parse(executor_test::ReadAll(Path("ckpt/step-00000002/manifest.json")));
+  EXPECT_EQ(manifest["data"]["name"], "tokens.bin") << manifest["data"].dump();
+  EXPECT_EQ(manifest["data"]["bytes"].get<uint64_t>(), fs::file_size(Path("tokens.bin")));
+
+  fs::copy_file(Path("tokens.bin"), Path("moved.bin"));
+  std::string other = executor_test::ReadAll(Path("tokens.bin"));
+  other[10] = static_cast<char>(other[10] ^ 1);  // one token changed
+  std::ofstream(Path("other.bin"), std::ios::binary) << other;
+
+  auto resume = [&](const std::string& data, int steps, const std::string& extra = "") {
+    return RunLlmplan("run --cpu --plan " + plan + " --data " + Path(data) + " --steps " + std::to_string(steps) +
+                      " --out " + Path("run") + " " + ckpt + " --resume " + extra);
+  };
+  CommandResult refused = resume("other.bin", 3);
+  EXPECT_EQ(refused.status, 2) << refused.output;
+  EXPECT_EQ(executor_test::LlmplanErrorLines(refused.output).size(), 1u) << refused.output;
+  EXPECT_NE(refused.output.find("is not the token file"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("--data-changed"), std::string::npos) << refused.output;
+  EXPECT_EQ(Losses(Path("run")).size(), 2u) << "nothing was trained";
+
+  CommandResult moved = resume("moved.bin", 3);
+  EXPECT_EQ(moved.status, 0) << moved.output;
+  CommandResult changed = resume("other.bin", 4, "--data-changed");
+  EXPECT_EQ(changed.status, 0) << changed.output;
+  EXPECT_NE(changed.output.find("--data-changed: continuing on other.bin, not moved.bin"), std::string::npos)
+      << changed.output;
+  EXPECT_EQ(Losses(Path("run")).size(), 4u);
+}
+
+// A checkpoint belongs to the plan that saved it: another seed or sequence
+// length would make its data position name other samples. Resuming it with
+// such a plan needs --plan-changed; another strategy or batch does not.
+TEST_F(ResumeTest, ResumingAnotherPlansCheckpointNeedsPlanChanged) {
+  const std::string plan = MakePlan(1, "no_shard", 4);
+  const std::string ckpt = "--ckpt-dir " + Path("ckpt") + " --no-final-weights";
+  ASSERT_EQ(Run(plan, 2, "run", ckpt).status, 0);
+  // Another micro-batch split of the same batch is the same run.
+  CommandResult split = Run(MakePlan(1, "no_shard", 2), 3, "run", ckpt + " --resume");
+  EXPECT_EQ(split.status, 0) << split.output;
+
+  nlohmann::json other = nlohmann::json::parse(std::ifstream(plan));
+  other["seed"] = other["seed"].get<int64_t>() + 1;
+  std::ofstream(Path("other-seed.json")) << other.dump(1);
+  CommandResult refused = Run(Path("other-seed.json"), 4, "run", ckpt + " --resume");
+  EXPECT_EQ(refused.status, 2) << refused.output;
+  EXPECT_EQ(executor_test::LlmplanErrorLines(refused.output).size(), 1u) << refused.output;
+  EXPECT_NE(refused.output.find("was saved by another plan (model tiny-llama, seed "), std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("--plan-changed"), std::string::npos) << refused.output;
+  EXPECT_EQ(Losses(Path("run")).size(), 3u) << "nothing was trained";
+
+  CommandResult changed = Run(Path("other-seed.json"), 4, "run", ckpt + " --resume --plan-changed");
+  EXPECT_EQ(changed.status, 0) << changed.output;
+  EXPECT_NE(changed.output.find("--plan-changed: continuing"), std::string::npos) << changed.output;
+  EXPECT_EQ(Losses(Path("run")).size(), 4u);
+}
+
 // export into a directory that already holds a model replaces it only when
 // asked to.
 TEST_F(ResumeTest, ExportIntoADirectoryHoldingAModelNeedsOverwrite) {

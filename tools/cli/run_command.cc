@@ -245,6 +245,11 @@ void AddRunCommand(CLI::App& app) {
   run->add_option("--resume-from", options->train.resume_from, "Continue from this checkpoint directory (DIR/step-NNNNNNNN)");
   run->add_option("--init-from", options->train.init_from,
                   "Start from Hugging Face weights: a directory with model.safetensors (or its index) or one file");
+  run->add_flag("--plan-changed", options->train.plan_changed,
+                "Resume a checkpoint saved by a plan with another seed or sequence length (without it that is an "
+                "error)");
+  run->add_flag("--data-changed", options->train.data_changed,
+                "Resume on another token file than the checkpoint was trained on (without it that is an error)");
   run->add_flag("--init-partial", options->train.init_partial,
                 "With --init-from: load the tensors that match although the file holds others the model does not "
                 "use (they are listed); without it they are an error");
