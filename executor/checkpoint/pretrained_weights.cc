@@ -166,7 +166,7 @@ int64_t ExportCheckpoint(const std::string& checkpoint_dir, const std::string& o
       tensors[p.shape.name] = reader.Read(p.unit, "master", p.offset, p.shape.numel()).view(p.shape.shape).to(options.dtype);
       weight_map[p.shape.name] = file;
     }
-    checkpoint::WriteSafetensors((fs::path(out_dir) / file).string(), tensors, {{"format", "pt"}});
+    checkpoint::WriteSafetensors((fs::path(out_dir) / file).string(), tensors, {{"format", "pt"}}, "exported weights");
   }
   if (sharded) {
     WriteFileAtomically((fs::path(out_dir) / "model.safetensors.index.json").string(),

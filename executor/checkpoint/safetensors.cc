@@ -69,7 +69,7 @@ std::string Errno() { return std::strerror(errno); }
 // Writer
 
 FileDigest WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
-                            const std::map<std::string, std::string>& metadata) {
+                            const std::map<std::string, std::string>& metadata, const std::string& what) {
   json header = json::object();  // std::map underneath: keys come out sorted
   std::vector<torch::Tensor> ordered;
   uint64_t offset = 0;
@@ -101,7 +101,7 @@ FileDigest WriteSafetensors(const std::string& path, const std::map<std::string,
 
   // The checksum is taken over the bytes as they are written, while they are
   // in cache: no second pass over a multi-gigabyte file.
-  AtomicFile file(path, "checkpoint shard");
+  AtomicFile file(path, what);
   FileDigest digest;
   auto write = [&](const void* data, size_t bytes) {
     digest.crc32c = Crc32cExtend(digest.crc32c, data, bytes);

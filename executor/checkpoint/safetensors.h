@@ -40,8 +40,10 @@ namespace llmplan::checkpoint {
 // contiguous) with a dtype listed above; no name is "__metadata__" or empty.
 // Throws std::invalid_argument for a violated REQUIRES and UserError when the
 // file cannot be written (the target is then left as it was).
+// `what` names the file in a write error ("final weights", "exported weights").
 FileDigest WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
-                            const std::map<std::string, std::string>& metadata = {});
+                            const std::map<std::string, std::string>& metadata = {},
+                            const std::string& what = "checkpoint shard");
 
 // A safetensors file opened for reading: the header is validated on open and
 // tensors are copied out of the mapping one at a time, so a 16 GB checkpoint

@@ -2,6 +2,8 @@
 // (see process_groups.h).
 #include "executor/comm/process_groups.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
@@ -83,7 +85,11 @@ std::unique_ptr<Communicator> Connect(const c10::intrusive_ptr<c10d::Store>& sto
     throw UserError("NCCL communicators need a CUDA build (configure with -DLLMPLAN_WITH_CUDA=ON)");
 #endif
   }
-  return MakeGlooCommunicator(prefixed, rank, size, name, timeout, loopback);
+  // Gloo's own timeout is the watchdog's backstop, a little longer: a peer
+  // that stops is then reported by the watchdog (exit status 3, naming the
+  // operation, the group and the rank) and not by a Gloo exception first.
+  const auto backstop = std::max<std::chrono::milliseconds>(std::chrono::seconds(5), timeout / 4);
+  return MakeGlooCommunicator(prefixed, rank, size, name, timeout + backstop, loopback);
 }
 
 // Waits for `work` on the host, at most until `deadline`: Wait() orders the

@@ -121,7 +121,8 @@ void TrainingState::WriteFinalWeights(const RankSetup& rank, const std::string& 
       offset += p.numel();
     }
   }
-  if (rank.rank0) checkpoint::WriteSafetensors(path, tensors, {{"format", "pt"}, {"written_by", "llmplan run"}});
+  if (rank.rank0)
+    checkpoint::WriteSafetensors(path, tensors, {{"format", "pt"}, {"written_by", "llmplan run"}}, "final weights");
 }
 
 }  // namespace llmplan::executor

@@ -141,6 +141,15 @@ TEST_F(SafetensorsTest, WriterRejectsBadInputsAndKeepsTheTarget) {
   EXPECT_FALSE(std::filesystem::exists(path));
   EXPECT_THROW(WriteSafetensors((dir_ / "no_such_dir" / "x.safetensors").string(), {{"a", torch::zeros({1})}}),
                UserError);
+  // A write error names the file for what it is (final weights are not a checkpoint shard).
+  try {
+    WriteSafetensors((dir_ / "no_such_dir" / "final.safetensors").string(), {{"a", torch::zeros({1})}}, {},
+                     "final weights");
+    ADD_FAILURE() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("final weights"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("checkpoint shard"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(SafetensorsTest, HostileHeadersAreOneLineErrors) {
