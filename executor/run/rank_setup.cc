@@ -1,8 +1,11 @@
 #include "executor/run/rank_setup.h"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 #include <torch/cuda.h>
 
@@ -96,11 +99,26 @@ RankSetup PrepareRank(const TrainConfig& config) {
   return rank;
 }
 
+namespace {
+
+// Test hook: LLMPLAN_TEST_CONNECT_DELAY=RANK:SECONDS makes that rank wait
+// before it connects, so a test can signal the job while the other ranks
+// wait for it at the rendezvous.
+void TestConnectDelay(int rank) {
+  const char* text = std::getenv("LLMPLAN_TEST_CONNECT_DELAY");
+  int delayed_rank = -1, seconds = 0;
+  if (text != nullptr && std::sscanf(text, "%d:%d", &delayed_rank, &seconds) == 2 && delayed_rank == rank)
+    std::this_thread::sleep_for(std::chrono::seconds(seconds));
+}
+
+}  // namespace
+
 void ConnectRanks(const TrainConfig& config, RankSetup& rank) {
   // CPU tensors are counted from here on, so a CPU run reports the bytes its
   // tensors hold (as the caching allocator does on a GPU), not the RSS.
   if (!rank.device.is_cuda()) compat::InstallCpuTensorCounter();
   if (rank.env.world_size <= 1) return;
+  TestConnectDelay(rank.env.rank);
   const auto timeout = CollectiveTimeoutFromEnv(std::chrono::seconds(300));
   rank.groups = ConnectProcessGroups(rank.env, config.plan.shard_group_size, /*use_nccl=*/rank.device.is_cuda(),
                                      rank.device, timeout);

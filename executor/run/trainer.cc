@@ -129,8 +129,12 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   const auto run_start = Clock::now();
   // --- the rank: its place, device, checks, run directory, checkpoint to resume; then its communicators ---
   RankSetup rank = PrepareRank(config);
-  StopRequest stop_request;  // SIGINT/SIGTERM: stop at the next step boundary
   ConnectRanks(config, rank);
+  // SIGINT/SIGTERM/SIGHUP from here on: stop at the next step boundary. Not
+  // while the ranks connect: a signal then (a peer that never comes) ends
+  // the process at once, with nothing yet to save, instead of waiting out
+  // the rendezvous timeout.
+  StopRequest stop_request;
   // --- the model, its sharded units, the optimizer and the step interpreter ---
   TrainingState state(config, rank, data);
   BadStepMonitor bad_steps(config.bad_step);

@@ -368,6 +368,29 @@ TEST_F(FaultRunTest, WhenRankZeroIsKilledTheLauncherWritesTheSummary) {
   EXPECT_TRUE(TaggedProcesses(-1).empty()) << "every rank has exited";
 }
 
+TEST_F(FaultRunTest, SigtermWhileTheRanksConnectStopsTheJobAtOnce) {
+  // Rank 1 comes late; rank 0 waits for it at the rendezvous. A SIGTERM to
+  // the launcher then ends every rank within seconds (nothing to save yet),
+  // not after the rendezvous timeout.
+  LLMPLAN_SKIP_WITHOUT_GLOO();
+  const std::string log = Path("log.txt");
+  const pid_t pid = Start("run --plan " + SavePlan(2) + " --data " + SaveTokens("tokens.u16", 200'001) +
+                              " --steps 10 --out " + Path("run") + " --cpu --cpu-ranks 2 --no-final-weights",
+                          {"LLMPLAN_TEST_CONNECT_DELAY=1:120"}, log);
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (TaggedProcesses(0).empty() && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_FALSE(TaggedProcesses(0).empty()) << ReadAll(log);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // rank 0 loads LibTorch and reaches the rendezvous
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  double seconds = 0;
+  const int status = Wait(pid, std::chrono::seconds(60), &seconds);
+  EXPECT_EQ(status, 128 + SIGTERM) << ReadAll(log);
+  EXPECT_LT(seconds, 15.0) << ReadAll(log);
+  EXPECT_NE(ReadAll(log).find("llmplan: received SIGTERM"), std::string::npos) << ReadAll(log);
+  EXPECT_TRUE(TaggedProcesses(-1).empty()) << "every rank has exited";
+}
+
 TEST_F(FaultRunTest, MoreCpuRanksThanTheMachineCanRunAreRefusedBeforeAnyStarts) {
   // A 1000-GPU plan with --cpu would start 1000 LibTorch processes.
   const auto start = Clock::now();
