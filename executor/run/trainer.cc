@@ -65,7 +65,11 @@ int AgreedStopSignal(const RankSetup& rank, int64_t step) {
   for (int i = 0; i < 3; ++i)
     if (sig == kinds[i]) votes[i] = 1;
   votes = votes.to(rank.groups.device);
-  rank.comms.world->AllReduce(votes, "stop vote")->Wait();
+  // Watched like the step's collectives: a peer that stops (SIGSTOP) while
+  // this rank waits here is reported by the watchdog (exit status 3).
+  std::shared_ptr<CollectiveWork> vote = rank.comms.world->AllReduce(votes, "stop vote");
+  if (rank.watchdog != nullptr) rank.watchdog->Watch(vote, "stop vote", rank.comms.world->name());
+  vote->Wait();
   votes = votes.to(at::kCPU);
   if (sig != 0) return sig;
   for (int i = 0; i < 3; ++i)

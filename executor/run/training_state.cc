@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include "base/user_error.h"
@@ -39,7 +40,9 @@ TrainingState::TrainingState(const TrainConfig& config, const RankSetup& rank, B
     if (rank.comms.world != nullptr) {
       at::Tensor vote = at::full({1}, damaged.empty() ? 0.0f : 1.0f, at::TensorOptions().dtype(at::kFloat));
       vote = vote.to(rank.groups.device);
-      rank.comms.world->AllReduce(vote, "checkpoint check")->Wait();
+      std::shared_ptr<CollectiveWork> work = rank.comms.world->AllReduce(vote, "checkpoint check");
+      if (rank.watchdog != nullptr) rank.watchdog->Watch(work, "checkpoint check", rank.comms.world->name());
+      work->Wait();
       const float ranks_damaged = vote.to(at::kCPU).item<float>();
       if (damaged.empty() && ranks_damaged > 0)
         throw UserError("another rank found " + rank.resume_path + " damaged (its error names the file): no rank "
