@@ -214,8 +214,12 @@ void CheckpointWriter::Write(const Snapshot& snap, const TrainingProgress& progr
   if (!committer_) return;
 
   // 2. Rank 0: every writer's digest, the plan, the manifest, the commit.
+  //    Rank 0 hears from every writer even when a save already failed (its
+  //    own shard, or an earlier rank's): a writer still busy would otherwise
+  //    recreate the partial directory after Abandon removed it, and leave
+  //    its shard behind as a stray step-N.partial.
   try {
-    if (!error_.empty()) throw UserError(error_);
+    std::string failed = error_;
     CheckpointManifest manifest = Manifest(progress);
     const auto deadline = std::chrono::steady_clock::now() + options_.wait_for_ranks;
     for (int r = 0; r < group; ++r) {
@@ -229,15 +233,17 @@ void CheckpointWriter::Write(const Snapshot& snap, const TrainingProgress& progr
       std::ifstream in(path);
       std::stringstream text;
       text << in.rdbuf();
-      if (text.str().empty())
-        throw UserError("rank " + std::to_string(r) + " could not write its shard, nor say why (a full disk?)");
       const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
-      if (j.is_discarded() || j.contains("error"))
-        throw UserError(j.is_discarded() ? "rank " + std::to_string(r) + "'s digest is unreadable"
-                                         : "rank " + std::to_string(r) + ": " + j["error"].get<std::string>());
-      manifest.files.push_back({ShardFileName(r, group), j.at("bytes").get<uint64_t>(), j.at("crc32c").get<uint32_t>()});
+      std::string why;
+      if (text.str().empty()) why = "rank " + std::to_string(r) + " could not write its shard, nor say why (a full disk?)";
+      else if (j.is_discarded()) why = "rank " + std::to_string(r) + "'s digest is unreadable";
+      else if (j.contains("error")) why = "rank " + std::to_string(r) + ": " + j["error"].get<std::string>();
+      if (failed.empty() && !why.empty()) failed = why;
+      if (failed.empty())
+        manifest.files.push_back({ShardFileName(r, group), j.at("bytes").get<uint64_t>(), j.at("crc32c").get<uint32_t>()});
       std::remove(path.c_str());
     }
+    if (!failed.empty()) throw UserError(failed);
     SavePlan(plan_, partial + "/plan.json");
     const checkpoint::FileDigest plan_digest = checkpoint::DigestFile(partial + "/plan.json");
     manifest.files.push_back({"plan.json", plan_digest.bytes, plan_digest.crc32c});

@@ -22,6 +22,7 @@
 #include "planner/plan.h"
 #include "planner/program_builder.h"
 #include "tests/cli_runner.h"
+#include "tests/executor/gloo_skip.h"
 
 namespace llmplan {
 namespace {
@@ -160,6 +161,7 @@ class CheckpointStagingRunTest : public ::testing::Test {
 TEST_F(CheckpointStagingRunTest, SummaryReportsTheStagingThePlannerPredicts) {
   for (const int gpus : {1, 2}) {
     SCOPED_TRACE(std::to_string(gpus) + " rank(s)");
+    if (gpus > 1) LLMPLAN_SKIP_WITHOUT_GLOO();
     const Plan plan = TinyPlan(gpus);
     const nlohmann::json summary = RunAsync(plan, "run" + std::to_string(gpus));
     const StepProgram program = BuildStepProgram(plan, LoadHardwareProfile("cpu"));

@@ -1,11 +1,15 @@
 // The checkpoint's building blocks, without training: the CRC-32C that
 // guards every file, the manifest's validating parser, the store's atomic
-// commit and pruning, and the damage checks a resume runs before loading.
+// commit and pruning, the damage checks a resume runs before loading, and
+// the sharded writer's cleanup after a failed save.
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -13,7 +17,13 @@
 #include "executor/checkpoint/checkpoint_store.h"
 #include "executor/checkpoint/crc32c.h"
 #include "executor/checkpoint/manifest.h"
+#include "executor/checkpoint/sharded_checkpoint.h"
+#include "executor/model/llama_model.h"
+#include "executor/optimizer/adamw.h"
+#include "executor/sharding/flat_unit.h"
 #include "base/user_error.h"
+#include "planner/model_spec.h"
+#include "planner/plan.h"
 
 namespace llmplan::checkpoint {
 namespace {
@@ -190,6 +200,56 @@ TEST_F(StoreTest, AFailedCommitLeavesTheEarlierCheckpoints) {
   EXPECT_THROW(store.Commit(2, m), UserError);  // its file cannot be fsynced: not published
   EXPECT_EQ(store.CompleteSteps(), (std::vector<int64_t>{1}));
   EXPECT_FALSE(fs::exists(partial));
+}
+
+// A save that fails on rank 0 while rank 1 is still writing: rank 0 waits
+// for rank 1's digest before it removes the partial directory, so rank 1's
+// late shard cannot leave a stray step-N.partial behind (the hostile test
+// found one after a failed run).
+TEST_F(StoreTest, ASaveThatFailsOnOneRankLeavesNoPartialDirectory) {
+  Plan plan;
+  plan.model = PresetModel("tiny-llama");
+  plan.profile = "cpu";
+  plan.gpus = 2;
+  plan.strategy = ShardingStrategy::kFullShard;
+  NormaliseGrouping(plan);
+  plan.seq_len = 64;
+  plan.micro_batch = 2;
+  plan.Validate();
+  const executor::LlamaModel model(plan.model);
+  executor::CheckpointOptions options;
+  options.dir = dir_.string();
+  options.wait_for_ranks = std::chrono::seconds(60);
+  struct Rank {
+    std::vector<executor::FlatUnit> units;
+    executor::AdamWState state;
+  };
+  std::vector<Rank> ranks(2);
+  for (int r = 0; r < 2; ++r)
+    for (int u = 0; u < model.num_units(); ++u) {
+      executor::FlatUnitOptions unit_options;
+      unit_options.group_size = plan.UnitShardGroup(u);
+      unit_options.rank = unit_options.group_size == 1 ? 0 : r;
+      ranks[r].units.emplace_back(model.unit_params(u), unit_options, at::Device(at::kCPU));
+      const int64_t n = ranks[r].units.back().master().numel();
+      ranks[r].state.exp_avg.push_back(at::zeros({n}, at::kFloat));
+      ranks[r].state.exp_avg_sq.push_back(at::zeros({n}, at::kFloat));
+    }
+  // Rank 0's shard cannot be written: a directory holds its file's name.
+  const fs::path partial = dir_ / "step-00000002.partial";
+  fs::create_directories(partial / "shard-00000-of-00002.safetensors");
+  executor::CheckpointWriter rank0(plan, model, 0, options), rank1(plan, model, 1, options);
+  const executor::TrainingProgress progress{2, 8, 512};
+  std::string error0, error1;
+  std::thread first([&] { error0 = rank0.Save(ranks[0].units, ranks[0].state, progress); });
+  // Rank 1 comes late: rank 0 has long failed by then.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  error1 = rank1.Save(ranks[1].units, ranks[1].state, progress);
+  first.join();
+  EXPECT_NE(error0.find("checkpoint at step 2 not saved"), std::string::npos) << error0;
+  EXPECT_EQ(error1, "");  // rank 1's own shard was fine
+  EXPECT_FALSE(fs::exists(partial)) << "a stray partial directory is left";
+  EXPECT_TRUE(CheckpointStore(dir_.string()).CompleteSteps().empty());
 }
 
 }  // namespace
