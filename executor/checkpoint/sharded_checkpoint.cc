@@ -217,19 +217,33 @@ void CheckpointWriter::Write(const Snapshot& snap, const TrainingProgress& progr
   //    Rank 0 hears from every writer even when a save already failed (its
   //    own shard, or an earlier rank's): a writer still busy would otherwise
   //    recreate the partial directory after Abandon removed it, and leave
-  //    its shard behind as a stray step-N.partial.
+  //    its shard behind as a stray step-N.partial. A failed save waits for
+  //    that cleanup at most kCleanupWait, and not at all where the partial
+  //    directory could not be made (no writer can report into it); what is
+  //    left then goes at the next commit or start (RemovePartials).
+  constexpr std::chrono::seconds kCleanupWait{60};
   try {
     std::string failed = error_;
     CheckpointManifest manifest = Manifest(progress);
-    const auto deadline = std::chrono::steady_clock::now() + options_.wait_for_ranks;
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + options_.wait_for_ranks;
+    const auto cleanup_deadline = start + std::min<std::chrono::seconds>(kCleanupWait, options_.wait_for_ranks);
     for (int r = 0; r < group; ++r) {
+      if (r == rank_ && !error_.empty()) continue;  // its own failure is known
       const std::string path = partial + "/" + DigestFileName(r, group);
+      bool reported = true;
       while (!fs::exists(path)) {
-        if (std::chrono::steady_clock::now() > deadline)
+        const auto now = std::chrono::steady_clock::now();
+        if (!failed.empty() && (now > cleanup_deadline || !fs::is_directory(partial))) {
+          reported = false;
+          break;
+        }
+        if (now > deadline)
           throw UserError("rank " + std::to_string(r) + " did not finish its shard within " +
                           std::to_string(options_.wait_for_ranks.count()) + " s");
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
+      if (!reported) break;
       std::ifstream in(path);
       std::stringstream text;
       text << in.rdbuf();
