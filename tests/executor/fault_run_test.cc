@@ -4,7 +4,8 @@
 // rank exits within the collective timeout plus a few seconds. Cases: a token
 // id beyond the vocabulary near the end of the file, an llm.c file with a
 // damaged magic, a token file truncated while training reads it, seq_len above
-// the model's maximum, a rank out of memory, a stuck (SIGSTOP) rank.
+// the model's maximum, a rank out of memory, a stuck (SIGSTOP) rank, signals,
+// a killed rank 0, progress lines in a log file that a kill -9 keeps.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -366,6 +367,31 @@ TEST_F(FaultRunTest, WhenRankZeroIsKilledTheLauncherWritesTheSummary) {
   EXPECT_NE(summary["last_checkpoint"].get<std::string>().find(Path("ckpt") + "/step-"), std::string::npos)
       << summary.dump();
   EXPECT_TRUE(TaggedProcesses(-1).empty()) << "every rank has exited";
+}
+
+// Progress lines reach a log file as each step ends, not when a buffer fills:
+// after a kill -9 the log holds every step metrics.jsonl holds (the last one
+// may be between its metrics line and its progress line).
+TEST_F(FaultRunTest, ProgressLinesReachALogFileEveryStepAndSurviveKillNine) {
+  const std::string data = SaveTokens("tokens.u16", 200'001);
+  const std::string log = Path("log.txt");
+  const pid_t pid = Start("run --plan " + SavePlan(1) + " --data " + data + " --steps 100000 --out " + Path("run") +
+                              " --cpu --no-final-weights",
+                          {}, log);
+  ASSERT_TRUE(WaitForText(log, "step 5/", std::chrono::seconds(120))) << ReadAll(log);
+  for (pid_t p : TaggedProcesses(-1)) ::kill(p, SIGKILL);
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  std::istringstream metrics(ReadAll(Path("run/metrics.jsonl")));
+  int64_t last_step = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("step") && !j.contains("type")) last_step = std::max(last_step, j["step"].get<int64_t>());
+  }
+  ASSERT_GE(last_step, 5);
+  const std::string output = ReadAll(log);
+  for (int64_t step = 1; step < last_step; ++step)
+    EXPECT_NE(output.find("step " + std::to_string(step) + "/100000 "), std::string::npos) << "step " << step;
 }
 
 TEST_F(FaultRunTest, SigtermWhileTheRanksConnectStopsTheJobAtOnce) {

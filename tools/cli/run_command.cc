@@ -240,8 +240,9 @@ void AddRunCommand(CLI::App& app) {
   run->add_flag("--ckpt-async", options->train.ckpt_async,
                 "Copy the state to host memory and write checkpoints in the background while training goes on");
   run->add_flag("--resume", options->train.resume,
-                "Continue from the newest complete checkpoint in --ckpt-dir (start at step 0 when there is none); "
-                "--steps is the total");
+                "Continue from the newest complete checkpoint in --ckpt-dir (start at step 0 when there is none, "
+                "unless --out already holds that run's metrics: then it is an error); --steps is the total; a run "
+                "that already reached --steps trains nothing and leaves its files as they were");
   run->add_option("--resume-from", options->train.resume_from, "Continue from this checkpoint directory (DIR/step-NNNNNNNN)");
   run->add_option("--init-from", options->train.init_from,
                   "Start from Hugging Face weights: a directory with model.safetensors (or its index) or one file");
