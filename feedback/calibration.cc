@@ -29,8 +29,10 @@ Comparison CompareOnProfile(const CalibrationRun& run, const HardwareProfile& pr
   return Compare(run.measured, predicted, profile);
 }
 
-std::string HardwareName(const Plan& plan) {
-  std::string name = std::filesystem::path(plan.profile).filename().string();
+std::string HardwareName(const Plan& plan) { return ProfileHardwareName(plan.profile); }
+
+std::string ProfileHardwareName(const std::string& profile) {
+  std::string name = std::filesystem::path(profile).filename().string();
   const std::string json = ".json", calibrated = "-calibrated";
   if (name.size() > json.size() && name.ends_with(json)) name.resize(name.size() - json.size());
   while (name.size() > calibrated.size() && name.ends_with(calibrated)) name.resize(name.size() - calibrated.size());

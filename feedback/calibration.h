@@ -47,6 +47,8 @@ Comparison CompareOnProfile(const CalibrationRun& run, const HardwareProfile& pr
 // ".json" or "-calibrated" suffixes ("profiles/h200-sxm-calibrated.json" ->
 // "h200-sxm"), since a calibrated profile describes the same devices.
 std::string HardwareName(const Plan& plan);
+// The same for a profile's name or path.
+std::string ProfileHardwareName(const std::string& profile);
 
 // Throws UserError, naming two runs and the difference, unless every run's plan
 // was made for the same hardware and every run that says where it ran (its

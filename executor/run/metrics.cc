@@ -105,7 +105,9 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
                         {"optimizer_s", m.optimizer_s},
                         {"comm_s", m.comm_s},
                         {"step_s", m.step_s},
-                        {"data_position", m.data_position}};
+                        {"data_position", m.data_position},
+                        {"host_anon_rss_bytes", m.host_anon_rss_bytes},
+                        {"pinned_host_bytes", m.pinned_host_bytes}};
     if (m.predicted_tokens_per_s_per_gpu > 0) j["predicted_tokens_per_s_per_gpu"] = m.predicted_tokens_per_s_per_gpu;
     if (m.cost.target_tokens > 0) AddCostJson(m.cost, j);
     AppendLine(metrics_fd_, "metrics.jsonl", j.dump(), m.step);  // unbuffered: a crashed run leaves every finished step
@@ -186,6 +188,8 @@ void MetricsLog::Finish(const RunSummary& s) {
   }
   AddRankPeaksJson(s.rank_peaks, j);
   j["data_wait_fraction"] = s.data_wait_fraction;
+  j["prediction_disagreement"] = s.prediction_disagreement;
+  j["host_memory_growth"] = s.host_memory_growth;
   j["loader_bound_steps"] = s.loader_bound_steps;
   // Printed before it is written: a summary that cannot be written (a full
   // disk) is still on the terminal.

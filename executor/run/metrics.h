@@ -43,6 +43,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "executor/run/rank_peaks.h"
 #include "executor/run/run_cost.h"
 #include "executor/step/step_recorder.h"
@@ -64,6 +66,8 @@ struct StepMetrics {
   double data_s = 0, forward_s = 0, recompute_s = 0, backward_s = 0, optimizer_s = 0, comm_s = 0;
   double step_s = 0;  // wall time of the whole step, data included
   int64_t data_position = 0;  // global samples consumed after this step (where a resume continues)
+  int64_t host_anon_rss_bytes = 0;  // this rank's anonymous resident host memory after the step (heap, pinned)
+  int64_t pinned_host_bytes = 0;  // of which pinned by offload and staging buffers
   double predicted_tokens_per_s_per_gpu = 0;  // the plan's simulated step on its profile (0: none)
   CostSnapshot cost;                          // spent so far and projected to the target (run_cost.h)
 };
@@ -103,6 +107,13 @@ struct RunSummary {
   // their own (trainer.cc's LoaderWatch).
   double data_wait_fraction = 0;
   int64_t loader_bound_steps = 0;
+  // Where the step time strayed from the prediction after the warm-up
+  // (TrainConfig::check_prediction): null when it did not, or was not checked.
+  nlohmann::json prediction_disagreement;
+  // Rank 0's resident host memory that kept growing (host_memory_watch.h):
+  // {from_step, to_step, from_bytes, to_bytes, bytes_per_step,
+  // bytes_per_hour}, null when it levelled off.
+  nlohmann::json host_memory_growth;
 };
 
 class MetricsLog {
@@ -130,6 +141,9 @@ class MetricsLog {
   // Prints the summary and writes summary.json (for every status: a failed
   // run's summary is written too). Throws UserError when it cannot be written.
   void Finish(const RunSummary& summary);
+  // Progress goes to a terminal (one line rewritten in place): a line printed
+  // between steps starts on a new line.
+  bool terminal() const { return terminal_; }
 
  private:
   std::string run_dir_;

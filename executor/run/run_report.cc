@@ -3,8 +3,12 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
+#include <vector>
 
 #include "executor/hardware/host_memory.h"
 #include "executor/run/rank_peaks.h"
@@ -19,6 +23,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The test hook of a leaking run (tests/executor/run_reporting_test.cc):
+// LLMPLAN_TEST_LEAK_MIB_PER_STEP=N keeps N MiB more host memory after every
+// step, written so that it is resident. Unset: nothing.
+void MaybeLeakForTest() {
+  static const int64_t bytes = [] {
+    const char* text = std::getenv("LLMPLAN_TEST_LEAK_MIB_PER_STEP");
+    return text == nullptr ? int64_t{0} : static_cast<int64_t>(std::atof(text) * (1 << 20));
+  }();
+  static std::vector<std::unique_ptr<char[]>> kept;
+  if (bytes <= 0) return;
+  kept.emplace_back(new char[static_cast<size_t>(bytes)]);
+  std::memset(kept.back().get(), 1, static_cast<size_t>(bytes));
+}
 
 // A resumed run's GPU-hours continue from what its directory recorded, read
 // before PrepareRunDirectory drops the steps it redoes (paid for all the same).
@@ -111,6 +129,9 @@ void RunReport::Step(const StepResult& r, const StepTiming& timing, int64_t step
   m.comm_s = r.comm_s;
   m.step_s = timing.step_s;
   m.data_position = data_position;
+  MaybeLeakForTest();
+  m.host_anon_rss_bytes = ProcessAnonRssBytes();
+  m.pinned_host_bytes = PinnedHostBytes();
   m.predicted_tokens_per_s_per_gpu = summary_.predicted_tokens_per_s_per_gpu;
   m.cost = cost_.StepDone(steps_taken, SecondsSince(run_start_), timing.step_s);
   summary_.losses.push_back(r.loss);  // the step is done even if its line cannot be written
@@ -138,7 +159,39 @@ void RunReport::Step(const StepResult& r, const StepTiming& timing, int64_t step
                 << (rank_.env.world_size > 1 ? "rank " + std::to_string(rank_.env.rank) + ": " : "") << warning
                 << std::endl;
   }
+  if (const std::string growing = host_memory_watch_.Step(m.step, timing.step_s, m.host_anon_rss_bytes); !growing.empty()) {
+    std::cerr << "llmplan: warning: " << (rank_.env.world_size > 1 ? "rank " + std::to_string(rank_.env.rank) + ": " : "")
+              << growing << std::endl;
+    if (rank_.rank0) {
+      const HostMemoryGrowth& g = *host_memory_watch_.growth();
+      summary_.host_memory_growth = {{"from_step", g.from_step},        {"to_step", g.to_step},
+                                     {"from_bytes", g.from_bytes},      {"to_bytes", g.to_bytes},
+                                     {"bytes_per_step", g.bytes_per_step}, {"bytes_per_hour", g.bytes_per_hour}};
+    }
+  }
   RecordPeak(measured, m.step);
+  CheckPrediction(steps_taken);
+}
+
+void RunReport::CheckPrediction(int64_t steps_taken) {
+  // Two warm-up steps (allocator growth, kernel selection, NCCL's
+  // connections: feedback/measured_run.h) and three timed ones; a shorter
+  // run is checked at its end from its third step.
+  constexpr int64_t kWarmUpAndTimed = 5;
+  const int64_t here = steps_taken - start_step_;
+  if (prediction_checked_ || !rank_.rank0 || !config_.check_prediction || config_.run_dir.empty()) return;
+  if (here < kWarmUpAndTimed && !(steps_taken == config_.steps && here >= 3)) return;
+  prediction_checked_ = true;
+  nlohmann::json notice;
+  try {
+    notice = config_.check_prediction(config_.run_dir);
+  } catch (const std::exception&) {
+    return;  // a check that cannot be made is no reason to stop training
+  }
+  if (!notice.is_object()) return;
+  summary_.prediction_disagreement = notice;
+  if (config_.progress && notice.contains("message") && notice["message"].is_string())
+    std::cout << (log_.terminal() ? "\n" : "") << notice["message"].get<std::string>() << std::endl;
 }
 
 // This rank's peak memory, written to run_dir when it grows (rank_peaks.h)

@@ -1,7 +1,8 @@
 // RunReport: what a run reports as it trains and when it ends — a metrics
 // line per step (metrics.h), the progress on the console, the cost so far
 // and projected (run_cost.h), whether the loader keeps up (loader_watch.h),
-// this rank's peak memory file (rank_peaks.h), and summary.json however the
+// whether host memory keeps growing (host_memory_watch.h), this rank's peak
+// memory file (rank_peaks.h), and summary.json however the
 // run ends: "completed", "stopped" by a signal, or "failed" with its error.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <exception>
 #include <string>
 
+#include "executor/run/host_memory_watch.h"
 #include "executor/run/loader_watch.h"
 #include "executor/run/metrics.h"
 #include "executor/run/rank_setup.h"
@@ -57,6 +59,8 @@ class RunReport {
 
  private:
   void CompleteSummary(const std::string& last_checkpoint, int64_t checkpoint_staging_bytes);
+  // TrainConfig::check_prediction, once, when this process has run enough steps.
+  void CheckPrediction(int64_t steps_taken);
   void RecordPeak(const StepMeasurement& measured, int64_t step);
 
   const TrainConfig& config_;
@@ -68,12 +72,14 @@ class RunReport {
   MetricsLog log_;
   CostMeter cost_;
   LoaderWatch loader_watch_;
+  HostMemoryWatch host_memory_watch_;
   RunSummary summary_;
   // Throughput means over the timed steps.
   double timed_tokens_per_s_ = 0, timed_tokens_per_s_per_gpu_ = 0, timed_mfu_ = 0, timed_hfu_ = 0;
   int64_t timed_steps_ = 0;
   RankPeak own_peak_;
   bool own_peak_writable_;
+  bool prediction_checked_ = false;
 };
 
 }  // namespace llmplan::executor

@@ -12,8 +12,12 @@
 // This header is free of LibTorch so the CLI compiles quickly.
 #pragma once
 
+
 #include <cstdint>
+#include <functional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "executor/checkpoint/manifest.h"
 #include "executor/run/bad_step.h"
@@ -36,6 +40,14 @@ struct TrainConfig {
   StepProgram program;      // BuildStepProgram(plan, profile): what every step runs
   double predicted_tokens_per_s_per_gpu = 0;  // the simulator's prediction for the program (0: none)
   KernelTraceReader read_kernel_trace;        // what --kernel-trace's trace is summed up with (may be empty)
+  // What the run holds its step time against once the warm-up is behind it
+  // (llmplan run: the machine's calibrated profile, else the plan's; may be
+  // empty). Rank 0 calls it once, with run_dir, after the step that leaves
+  // three timed steps past the warm-up there (or after the run's last step,
+  // from its third): null when the run agrees with its prediction, else an
+  // object whose "message" the run prints and which the summary keeps as
+  // prediction_disagreement. Its exceptions are not the run's: ignored.
+  std::function<nlohmann::json(const std::string& run_dir)> check_prediction;
   int64_t steps = 0;            // train until this many optimizer steps were taken (a resumed run counts its earlier ones)
   std::string run_dir;          // metrics.jsonl, summary.json, ...; empty: write nothing
   RunDirectoryMode run_dir_mode = RunDirectoryMode::kNew;  // an earlier run in run_dir: refuse, continue or replace

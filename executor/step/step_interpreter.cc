@@ -63,9 +63,12 @@
 #include "executor/step/step_interpreter.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <optional>
+#include <thread>
 
 #include "executor/comm/collective_watchdog.h"
 #include "executor/comm/communicator.h"
@@ -81,6 +84,21 @@
 #endif
 
 namespace llmplan::executor {
+
+namespace {
+
+// The test hook of a run made slow on purpose (the in-run prediction check,
+// tests/executor/learn_cli_test.cc): LLMPLAN_TEST_SLOW_OPTIMIZER_S=SECONDS
+// makes every optimizer op take that much longer on the host. Unset: nothing.
+void MaybeDelayForTest(const StepOp&) {
+  static const double seconds = [] {
+    const char* text = std::getenv("LLMPLAN_TEST_SLOW_OPTIMIZER_S");
+    return text == nullptr ? 0.0 : std::atof(text);
+  }();
+  if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------
 // Collectives in flight and copy streams
@@ -437,7 +455,12 @@ void StepInterpreter::Perform(const StepOp& op) {
     case OpKind::kAllReduceGradNorm: AllReduceGradNorm(op); break;
     case OpKind::kClipGradients: on_compute([&] { ClipGradients(op); }); break;
     case OpKind::kAllReduceLoss: AllReduceLoss(op); break;
-    case OpKind::kOptimizerStep: on_compute([&] { OptimizerStep(op); }); break;
+    case OpKind::kOptimizerStep:
+      on_compute([&] {
+        OptimizerStep(op);
+        MaybeDelayForTest(op);
+      });
+      break;
     case OpKind::kCopyGradsToHost: CopyGradsToHost(op); break;
     case OpKind::kCopyMasterToHost: CopyMasterToHost(op); break;
     case OpKind::kCpuOptimizerStep:

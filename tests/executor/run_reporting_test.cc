@@ -249,6 +249,35 @@ class SlowBatches : public BatchSource {
   std::chrono::milliseconds delay_;
 };
 
+// Every metrics line has the rank's host memory; a run that leaks host
+// memory (16 MiB a step, on purpose) says so once, with the rate, and its
+// summary keeps it; the same run without the leak says nothing.
+TEST_F(RunReportingTest, HostMemoryIsInEveryLineAndALeakIsNamedOnceWithItsRate) {
+  MakePlanAndData(1);
+  CommandResult plain = RunLlmplan(Run("plain", 60, ""));
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("host memory keeps growing"), std::string::npos) << plain.output;
+  for (const nlohmann::json& line : ReadLines(Path("plain/metrics.jsonl"))) {
+    EXPECT_GT(line["host_anon_rss_bytes"].get<int64_t>(), 1 << 20) << line.dump();
+    EXPECT_EQ(line["pinned_host_bytes"].get<int64_t>(), 0) << line.dump();  // nothing offloaded
+  }
+  EXPECT_TRUE(nlohmann::json::parse(std::ifstream(Path("plain/summary.json")))["host_memory_growth"].is_null());
+
+  ::setenv("LLMPLAN_TEST_LEAK_MIB_PER_STEP", "16", 1);
+  CommandResult leaking = RunLlmplan(Run("leaking", 60, ""));
+  ::unsetenv("LLMPLAN_TEST_LEAK_MIB_PER_STEP");
+  ASSERT_EQ(leaking.status, 0) << leaking.output;
+  const std::string warning = "llmplan: warning: host memory keeps growing: ";
+  const size_t at = leaking.output.find(warning);
+  ASSERT_NE(at, std::string::npos) << leaking.output;
+  EXPECT_EQ(leaking.output.find(warning, at + 1), std::string::npos) << "once: " << leaking.output;
+  EXPECT_NE(leaking.output.find("+16.0 MiB a step", at), std::string::npos) << leaking.output;
+  const nlohmann::json growth = nlohmann::json::parse(std::ifstream(Path("leaking/summary.json")))["host_memory_growth"];
+  ASSERT_TRUE(growth.is_object()) << growth.dump();
+  EXPECT_NEAR(growth["bytes_per_step"].get<double>(), 16.0 * (1 << 20), 1.0 * (1 << 20));
+  EXPECT_GT(growth["to_bytes"].get<int64_t>(), growth["from_bytes"].get<int64_t>());
+}
+
 TEST(LoaderBottleneckTest, ASlowLoaderIsNamedOnceAndCounted) {
   TrainConfig config = testing::ConfigFor(testing::TestPlan("tiny-llama", 1, 1, 16));
   config.steps = 8;

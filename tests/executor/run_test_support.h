@@ -48,13 +48,14 @@ inline std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
-// The lines of `text` that start with "llmplan: " and are not warnings (the
+// The lines of `text` that start with "llmplan: " and are not warnings or notes (the
 // launcher's and the CLI's own), for checking that exactly one says why.
 inline std::vector<std::string> LlmplanErrorLines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);)
-    if (line.rfind("llmplan: ", 0) == 0 && line.rfind("llmplan: warning", 0) != 0) lines.push_back(line);
+    if (line.rfind("llmplan: ", 0) == 0 && line.rfind("llmplan: warning", 0) != 0 && line.rfind("llmplan: note", 0) != 0)
+      lines.push_back(line);
   return lines;
 }
 

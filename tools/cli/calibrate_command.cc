@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,11 +18,13 @@
 #include <nlohmann/json.hpp>
 
 #include "feedback/calibration.h"
+#include "feedback/calibration_store.h"
 #include "feedback/comparison_format.h"
 #include "base/atomic_file.h"
 #include "base/format.h"
 #include "base/user_error.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/version.h"
 
 namespace llmplan::cli {
 
@@ -30,6 +34,7 @@ struct CalibrateOptions {
   std::vector<std::string> runs, holdout;
   std::string profile, out;
   bool json = false;
+  bool show = false, forget = false;  // the calibration store, not --runs
 };
 
 // One run held against its prediction on the starting and on the calibrated
@@ -167,7 +172,92 @@ void PrintText(const Calibration& c, const HardwareProfile& start, const std::ve
             << "\n";
 }
 
+std::string StoreOrExplain() {
+  const std::optional<std::string> store = CalibrationStoreDir();
+  if (!store)
+    throw UserError("the calibration store is off (LLMPLAN_CALIBRATION_DIR=off, or no HOME): set "
+                    "LLMPLAN_CALIBRATION_DIR to a directory");
+  return *store;
+}
+
+// --show: every entry of the store, grouped by hardware, with whether the
+// fit on this machine uses it, and each hardware's fit.
+void Show(const CalibrateOptions& o) {
+  const std::string store = StoreOrExplain();
+  const MachineIdentity here = ThisMachine(ThisBuild());
+  std::vector<std::string> unreadable;
+  const std::vector<StoreEntry> entries = ListStore(store, &unreadable);
+  std::map<std::string, StoreFit> fits;
+  for (const StoreEntry& e : entries) {
+    if (fits.count(e.hardware) || (!o.profile.empty() && ProfileHardwareName(o.profile) != e.hardware)) continue;
+    try {
+      fits[e.hardware] = FitStore(store, LoadHardwareProfile(e.hardware), here);
+    } catch (const UserError& error) {
+      fits[e.hardware].notes.push_back(std::string("no fit: ") + error.what());
+    }
+  }
+  auto state = [&](const StoreEntry& e) -> std::string {
+    const StoreFit& f = fits[e.hardware];
+    if (std::find(f.used.begin(), f.used.end(), e.dir) != f.used.end()) return "used";
+    if (std::find(f.outliers.begin(), f.outliers.end(), e.dir) != f.outliers.end()) return "outlier";
+    const std::string why = IdentityDifference(e.machine, here);
+    return why.empty() ? "unusable" : "ignored: " + why;
+  };
+  if (o.json) {
+    nlohmann::json j = {{"store", store}, {"hardware", nlohmann::json::object()}, {"unreadable", unreadable}};
+    for (const auto& [hardware, f] : fits) {
+      nlohmann::json runs = nlohmann::json::array();
+      for (const StoreEntry& e : entries)
+        if (e.hardware == hardware)
+          runs.push_back({{"entry", e.dir}, {"run_dir", e.run_dir}, {"recorded_utc", e.recorded_utc}, {"model", e.model},
+                          {"step_s", e.step_s}, {"state", state(e)}});
+      j["hardware"][hardware] = {{"runs", runs},
+                                 {"calibrated", f.profile.has_value()},
+                                 {"held_out_step_error", std::isfinite(f.held_out_error) ? nlohmann::json(f.held_out_error) : nlohmann::json()},
+                                 {"spread", std::isfinite(f.spread) ? nlohmann::json(f.spread) : nlohmann::json()},
+                                 {"notes", f.notes}};
+    }
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::cout << "llmplan calibrate: the calibration store " << store << "\n";
+  if (fits.empty()) std::cout << "  no runs recorded" << (o.profile.empty() ? "" : " for " + o.profile) << "\n";
+  for (const auto& [hardware, f] : fits) {
+    std::cout << "\n" << hardware << ": ";
+    if (f.profile && std::isfinite(f.held_out_error))
+      std::cout << "calibrated on " << f.used.size() << " runs; held-out step error " << AbsPercent(f.held_out_error)
+                << ", spread " << AbsPercent(f.spread) << "\n";
+    else if (f.profile)
+      std::cout << "calibrated on " << f.used.size() << " run\n";
+    else
+      std::cout << "not calibrated\n";
+    for (const StoreEntry& e : entries)
+      if (e.hardware == hardware)
+        std::cout << "  " << Padded(e.recorded_utc, 21) << Padded(e.model, 18) << Padded(FormatSeconds(e.step_s), 10)
+                  << Padded(state(e), 8) << e.run_dir << "\n";
+    for (const std::string& note : f.notes) std::cout << "  note: " << note << "\n";
+  }
+  for (const std::string& u : unreadable) std::cout << "unreadable entry: " << u << "\n";
+}
+
+void Forget(const CalibrateOptions& o) {
+  const std::string store = StoreOrExplain();
+  const std::string hardware = o.profile.empty() ? "" : ProfileHardwareName(o.profile);
+  const int removed = ForgetStore(store, hardware);
+  std::cout << "llmplan calibrate: forgot " << removed << " recorded run(s)"
+            << (hardware.empty() ? "" : " of " + hardware) << " in " << store << "\n";
+}
+
 void Run(const CalibrateOptions& o) {
+  if (o.show && o.forget) throw UserError("give --show or --forget, not both");
+  if (o.show || o.forget) {
+    if (!o.runs.empty() || !o.holdout.empty() || !o.out.empty())
+      throw UserError(std::string(o.show ? "--show" : "--forget") +
+                      " works on the calibration store: drop --runs, --holdout and --out");
+    return o.show ? Show(o) : Forget(o);
+  }
+  if (o.runs.empty()) throw UserError("give --runs RUN_DIR... (and -o FILE), or --show / --forget for the store");
+  if (o.out.empty()) throw UserError("give -o FILE: where to write the calibrated profile");
   std::error_code ec;
   std::vector<std::string> dirs = o.runs;
   dirs.insert(dirs.end(), o.holdout.begin(), o.holdout.end());
@@ -220,11 +310,18 @@ void Run(const CalibrateOptions& o) {
 
 void AddCalibrateCommand(CLI::App& app) {
   auto o = std::make_shared<CalibrateOptions>();
-  CLI::App* cmd = app.add_subcommand("calibrate", "Refit a hardware profile to measured runs (llmplan run --out)");
-  cmd->add_option("--runs", o->runs, "Run directories to fit the profile to")->required();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate", "Refit a hardware profile to measured runs (llmplan run --out), or show the calibration store");
+  cmd->add_option("--runs", o->runs, "Run directories to fit the profile to");
   cmd->add_option("--holdout", o->holdout, "Run directories to report the error on, not fitted to");
-  cmd->add_option("--profile", o->profile, "Starting profile, name or path (default: the runs' plans' profile)");
-  cmd->add_option("-o,--out", o->out, "Write the calibrated profile here")->required();
+  cmd->add_option("--profile", o->profile,
+                  "Starting profile, name or path (default: the runs' plans' profile); with --show or --forget: "
+                  "only that hardware");
+  cmd->add_option("-o,--out", o->out, "Write the calibrated profile here (with --runs)");
+  cmd->add_flag("--show", o->show,
+                "List the runs this machine recorded (the calibration store: $LLMPLAN_CALIBRATION_DIR, else "
+                "$XDG_DATA_HOME/llmplan/calibration), which the fit uses, and its held-out error");
+  cmd->add_flag("--forget", o->forget, "Remove the recorded runs from the calibration store");
   cmd->add_flag("--json", o->json, "Print JSON instead of text");
   cmd->callback([o] { Run(*o); });
 }

@@ -1,6 +1,8 @@
 // llmplan estimate: the planner. Answers "will it fit, how, how fast, at what
 // cost" for a model on a number of GPUs, and writes the chosen plan.
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <chrono>
 #include <iostream>
 #include <limits>
@@ -10,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "feedback/calibration_store.h"
 #include "planner/nvme_offload.h"
 #include "planner/plan_search.h"
 #include "base/user_error.h"
@@ -17,6 +20,7 @@
 #include "tools/cli/commands.h"
 #include "tools/cli/option_checks.h"
 #include "tools/cli/report.h"
+#include "tools/cli/version.h"
 
 namespace llmplan::cli {
 
@@ -41,6 +45,7 @@ struct EstimateOptions {
   bool ckpt_async = false;  // the run will pass --ckpt-async: count its host staging
   bool delayed_update = false;
   bool json = false;
+  bool no_calibration = false;  // predict with the profile as shipped, not refitted on this machine's runs
   std::string out;
 };
 
@@ -55,12 +60,48 @@ int ParseGpus(const std::string& text) {
   return g;
 }
 
+// One line on what the prediction was made with, e.g. "calibrated on 7 runs
+// on this machine; held-out step error 1.9%".
+std::string CalibrationLine(const StoreFit& c, const std::string& off_by) {
+  if (!off_by.empty()) return "calibration: off (" + off_by + "): the profile as shipped";
+  if (!c.profile) return "calibration: none (the profile as shipped; runs on this machine refit it as they finish)";
+  char text[200];
+  if (std::isfinite(c.held_out_error))
+    std::snprintf(text, sizeof text, "calibrated on %zu runs on this machine; held-out step error %.1f%% "
+                  "(--no-calibration: the shipped profile)", c.used.size(), 100 * c.held_out_error);
+  else
+    std::snprintf(text, sizeof text, "calibrated on %zu run on this machine; no held-out error from one run "
+                  "(--no-calibration: the shipped profile)", c.used.size());
+  return text;
+}
+
+nlohmann::json CalibrationJson(const StoreFit& c) {
+  if (!c.profile) return {{"calibrated", false}, {"notes", c.notes}};
+  return {{"calibrated", true},
+          {"runs", c.used.size()},
+          {"outliers", c.outliers.size()},
+          {"held_out_step_error", std::isfinite(c.held_out_error) ? nlohmann::json(c.held_out_error) : nlohmann::json()},
+          {"spread", std::isfinite(c.spread) ? nlohmann::json(c.spread) : nlohmann::json()},
+          {"notes", c.notes}};
+}
+
 void Run(const EstimateOptions& o) {
   auto started = std::chrono::steady_clock::now();
   SearchRequest req;
   req.model = LoadModelSpec(o.model);
   HardwareProfile profile = LoadHardwareProfile(o.gpu);
-  req.profile = o.gpu;
+  req.profile = o.gpu;  // the plan names the shipped profile: a run rebuilds its program from it
+  // The runs this machine recorded (feedback/calibration_store.h) refit the
+  // profile, unless asked not to.
+  StoreFit calibration;
+  const std::optional<std::string> store = CalibrationStoreDir();
+  const std::string calibration_off_by =
+      o.no_calibration ? "--no-calibration" : (store ? "" : "LLMPLAN_CALIBRATION_DIR=off, or no home directory");
+  if (calibration_off_by.empty()) {
+    calibration = FitStore(*store, profile, ThisMachine(ThisBuild()));
+    for (const std::string& note : calibration.notes) std::cerr << "llmplan: note: " << note << "\n";
+    if (calibration.profile) profile = *calibration.profile;
+  }
   req.gpus = ParseGpus(o.gpus);
   if (o.max_gpus < 1 || o.max_gpus > (1 << 20)) throw UserError("--max-gpus must be between 1 and 1048576");
   req.max_gpus = o.max_gpus;
@@ -177,12 +218,14 @@ void Run(const EstimateOptions& o) {
     }
     j["alternatives"] = alts;
     j["search"] = {{"plans_evaluated", r.evaluated}, {"milliseconds", ms}};
+    j["calibration"] = CalibrationJson(calibration);
     std::cout << j.dump(2) << "\n";
   } else {
     const ModelSpec& m = req.model;
     std::cout << "llmplan estimate: " << m.name << " (" << WithCommas(static_cast<double>(m.TotalParams()))
               << " parameters) on " << r.best.plan.gpus << " x " << profile.name << ", seq " << req.seq_len << "\n";
-    std::cout << "profile: " << profile.source.substr(0, 110) << (profile.source.size() > 110 ? "..." : "") << "\n\n";
+    std::cout << "profile: " << profile.source.substr(0, 110) << (profile.source.size() > 110 ? "..." : "") << "\n";
+    std::cout << CalibrationLine(calibration, calibration_off_by) << "\n\n";
     PrintEstimate(std::cout, r.best, profile);
     if (r.found) {
       std::cout << "\nTraining " << WithCommas(r.train_tokens) << " tokens"
@@ -283,6 +326,9 @@ void AddEstimateCommand(CLI::App& app) {
                 "The run will save checkpoints with --ckpt-async: count the host memory they stage (12 bytes per "
                 "parameter of a shard, on the first shard group's ranks)");
   cmd->add_flag("--json", o->json, "Print JSON instead of text");
+  cmd->add_flag("--no-calibration", o->no_calibration,
+                "Predict with the profile as shipped, not refitted on the runs this machine recorded "
+                "(llmplan calibrate --show lists them)");
   cmd->add_option("-o,--out", o->out, "Write the chosen plan to this file (for simulate and run)");
   cmd->callback([o] { Run(*o); });
 }

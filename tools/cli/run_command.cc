@@ -12,10 +12,12 @@
 // The plan comes from `llmplan estimate ... -o plan.json`; the token file from
 // `llmplan data prepare` or any format data/token_file.h reads.
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -23,6 +25,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "base/format.h"
 #include "base/user_error.h"
 #include "executor/checkpoint/checkpoint_store.h"
 #include "executor/checkpoint/manifest.h"
@@ -33,7 +36,9 @@
 #include "executor/run/run_directory.h"
 #include "executor/run/stop_request.h"
 #include "executor/run/trainer.h"
+#include "feedback/calibration_store.h"
 #include "feedback/kernel_profile.h"
+#include "feedback/prediction_check.h"
 #include "planner/hardware_profile.h"
 #include "planner/nvme_offload.h"
 #include "planner/plan.h"
@@ -42,6 +47,7 @@
 #include "tools/cli/commands.h"
 #include "tools/cli/executor_commands.h"
 #include "tools/cli/option_checks.h"
+#include "tools/cli/version.h"
 
 namespace llmplan::cli {
 
@@ -56,6 +62,7 @@ struct RunOptions {
   std::string dtype;  // empty: the plan's param_dtype
   double lr = -1;     // < 0: the plan's
   int cpu_ranks = 0;  // with --cpu: local processes (Gloo ranks); 0: the plan's gpus
+  bool no_learn = false;  // leave this run out of the calibration store
   bool no_final_weights = false;
   bool overwrite = false;
   std::string bad_step = "stop";
@@ -85,6 +92,55 @@ double PredictedTokensPerSecondPerGpu(const Plan& plan, const HardwareProfile& p
   if (profile.bf16_peak_flops <= 0) return 0;
   if (plan.OptimizerStateOnNvme() && !HasNvmeRates(profile)) return 0;
   return EvaluateProgram(plan, profile, program).tokens_per_second_per_gpu;
+}
+
+// What the run holds its step time against after the warm-up: the plan's
+// profile refitted on this machine's recorded runs, with their spread (at
+// least 3%), else the profile itself with 5%. Empty when the profile is not
+// here (nothing to predict with).
+std::function<nlohmann::json(const std::string&)> PredictionCheck(const HardwareProfile& profile) {
+  if (profile.bf16_peak_flops <= 0) return {};
+  StoreFit fit;
+  if (const std::optional<std::string> store = CalibrationStoreDir()) {
+    try {
+      fit = FitStore(*store, profile, ThisMachine(ThisBuild()));
+    } catch (const UserError&) {
+      // an unreadable store: predict with the profile as shipped
+    }
+  }
+  const double threshold = fit.profile && std::isfinite(fit.spread) ? std::max(fit.spread, 0.03) : 0.05;
+  return [profile, fit, threshold](const std::string& run_dir) {
+    const CalibrationRun run = PrepareCalibrationRun(LoadMeasuredRun(run_dir), profile);
+    return PredictionDisagreement(CompareOnProfile(run, fit.profile ? *fit.profile : profile), threshold, run_dir,
+                                  static_cast<int>(fit.used.size()));
+  };
+}
+
+// Records the finished run into this machine's calibration store
+// (feedback/calibration_store.h), so the next `llmplan estimate` for its
+// hardware predicts with what it measured, and says so in a line or two. A
+// run the store cannot use says why; nothing here fails the run.
+void LearnFrom(const std::string& run_dir) {
+  const std::optional<std::string> store = CalibrationStoreDir();
+  if (!store) return;
+  try {
+    std::string entry;
+    const RunAgainstStore against = RecordRun(*store, run_dir, ThisMachine(ThisBuild()), &entry);
+    if (against.disagrees) {
+      char line[400];
+      std::snprintf(line, sizeof line,
+                    "llmplan: note: this run disagrees with the %d run(s) this machine recorded: a step took %s, they "
+                    "predict %s (%+.1f%%, beyond their spread of %.1f%%); recorded all the same (a fit leaves out "
+                    "the runs that disagree with the rest)\n",
+                    against.runs, FormatSeconds(against.measured_s).c_str(), FormatSeconds(against.predicted_s).c_str(),
+                    100 * against.error, 100 * against.threshold);
+      std::cout << line;
+    }
+    std::cout << "llmplan: note: recorded for calibration in " << entry
+              << ": the next estimate on this machine uses it (--no-learn leaves a run out)\n";
+  } catch (const UserError& e) {
+    std::cout << "llmplan: note: not recorded for calibration: " << e.what() << "\n";
+  }
 }
 
 // True when the checkpoint a resume would start from is already at `steps`
@@ -202,9 +258,14 @@ void RunCommand(const RunOptions& o) {
     }
     return;
   }
-  if (rank0) config.predicted_tokens_per_s_per_gpu = PredictedTokensPerSecondPerGpu(config.plan, config.profile, config.program);
+  if (rank0) {
+    config.predicted_tokens_per_s_per_gpu = PredictedTokensPerSecondPerGpu(config.plan, config.profile, config.program);
+    config.check_prediction = PredictionCheck(config.profile);
+  }
   config.read_kernel_trace = WriteKernelProfile;
   const executor::RunSummary summary = executor::TrainOnTokenFile(config, o.data_path);
+  if (rank0 && !o.no_learn && (summary.status == "completed" || summary.status == "stopped"))
+    LearnFrom(config.run_dir);
   // Stopped by a signal: the process that received it exits 128 + signal, as
   // a shell expects, so that a launcher (llmplan's own, torchrun, Slurm) and
   // the scheduler above it see a stopped job, not a finished one. Ranks that
@@ -276,6 +337,9 @@ void AddRunCommand(CLI::App& app) {
                   "Trace step STEP (from 1) with LibTorch's profiler: RUN_DIR/kernel_trace.json (Perfetto) and "
                   "kernel_profile.json, device time per kernel class (llmplan kernels reads either)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  run->add_flag("--no-learn", options->no_learn,
+                "Leave this run out of the calibration store (by default a finished run records what it measured "
+                "there, and the next llmplan estimate on this machine predicts with it)");
   run->add_option("--cpu-ranks", options->cpu_ranks, "With --cpu: CPU processes to start (default: the plan's gpus)")
       ->check(CLI::Range(1, 1024));
   run->callback([options] { RunCommand(*options); });

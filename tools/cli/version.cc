@@ -23,4 +23,16 @@ std::string VersionText() {
   return first + "\n" + ExecutorLine();
 }
 
+BuildVersions ThisBuild() {
+  BuildVersions b;
+  b.llmplan = build_info::kVersion;
+  if (build_info::kGitCommit[0] != '\0') b.llmplan += std::string(" (git ") + build_info::kGitCommit + ")";
+  b.torch = build_info::kTorchVersion;
+  if (build_info::kWithCuda) {
+    b.cuda = OrUnknown(build_info::kCudaVersion);
+    b.nccl = OrUnknown(build_info::kNcclVersion);
+  }
+  return b;
+}
+
 }  // namespace llmplan::cli

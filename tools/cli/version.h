@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "feedback/calibration_store.h"
+
 namespace llmplan::cli {
 
 // For example
@@ -14,5 +16,8 @@ namespace llmplan::cli {
 // "executor: not built" when configured without LibTorch, and
 // "CPU only" in place of CUDA and NCCL for an executor built without CUDA.
 std::string VersionText();
+
+// The versions a measurement depends on (the calibration store's key).
+BuildVersions ThisBuild();
 
 }  // namespace llmplan::cli

@@ -22,6 +22,8 @@ suite="$root/tools/device/accuracy/suite.txt"
 build="${LLMPLAN_GPU_BUILD_DIR:-$root/build-gpu}"
 steps="${LLMPLAN_ACCURACY_STEPS:-6}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Predictions here are the shipped profiles': no calibration store (feedback/calibration_store.h).
+export LLMPLAN_CALIBRATION_DIR=off
 
 plans_only=""
 if [ "${1:-}" = "--plans-only" ]; then

@@ -13,6 +13,8 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${LLMPLAN_GPU_BUILD_DIR:-$root/build-gpu}"
 llmplan="$build/tools/llmplan"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Predictions here are the shipped profiles': no calibration store (feedback/calibration_store.h).
+export LLMPLAN_CALIBRATION_DIR=off
 out="${1:?usage: $0 OUT_DIR [MODEL] [GPUS]}" model="${2:-llama3.2-1b}" gpus="${3:-2}"
 steps=80 every=40  # saves after step 40 (in the background when async) and 80 (the end: waited for)
 work="$build/checkpoint_cost"

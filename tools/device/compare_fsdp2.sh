@@ -24,6 +24,8 @@ out="${OUT:+$OUT/compare}"
 out="${out:-$build/compare}"
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Predictions here are the shipped profiles': no calibration store (feedback/calibration_store.h).
+export LLMPLAN_CALIBRATION_DIR=off
 
 gpus="$(python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); print(p.get("plan", p)["gpus"])' "$plan")"
 if ! "$root/tools/device/gpu_build.sh" >"$out/build.log" 2>&1; then

@@ -26,6 +26,8 @@ out="${OUT:+$OUT/agreement}"
 out="${out:-$build/agreement}"
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Predictions here are the shipped profiles': no calibration store (feedback/calibration_store.h).
+export LLMPLAN_CALIBRATION_DIR=off
 llmplan="$build/tools/llmplan"
 [ -x "$llmplan" ] || { echo "loss_agreement: $llmplan is missing: run tools/device/gpu_build.sh first" >&2; exit 2; }
 tokens="${3:-$build/agreement_tokens.bin}"

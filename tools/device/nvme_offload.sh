@@ -15,6 +15,8 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${LLMPLAN_GPU_BUILD_DIR:-$root/build-gpu}"
 llmplan="$build/tools/llmplan"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Predictions here are the shipped profiles': no calibration store (feedback/calibration_store.h).
+export LLMPLAN_CALIBRATION_DIR=off
 out="${1:?usage: $0 OUT_DIR NVME_DIR [MODEL] [GLOBAL_BATCH] [STEPS]}" nvme="${2:?NVME_DIR}"
 model="${3:-llama3.2-1b}" batch="${4:-256}" steps="${5:-3}"
 work="$build/nvme_offload"

@@ -37,6 +37,8 @@ pins=("$@")
   --strategy full_shard --micro-batch 2 --grad-accum 4 --checkpoint-layers none --offload optimizer --loss-chunk 1024)
 [ -x "$llmplan" ] || { echo "offload_pairs: $llmplan is missing: run tools/device/gpu_build.sh first" >&2; exit 2; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Predictions here are the shipped profiles': no calibration store (feedback/calibration_store.h).
+export LLMPLAN_CALIBRATION_DIR=off
 t0=$(date +%s)
 budget="${LLMPLAN_CALL_BUDGET_S:-480}"
 out="${OUT:+$OUT/offload_pairs}"

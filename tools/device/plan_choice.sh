@@ -19,6 +19,8 @@ build="${LLMPLAN_GPU_BUILD_DIR:-$root/build-gpu}"
 llmplan="$build/tools/llmplan"
 steps="${LLMPLAN_CHOICE_STEPS:-6}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Predictions here are the shipped profiles': no calibration store (feedback/calibration_store.h).
+export LLMPLAN_CALIBRATION_DIR=off
 [ $# -ge 6 ] || { echo "usage: $0 OUT_DIR MODEL GPUS SEQ GLOBAL_BATCH PROFILE [PINS...]" >&2; exit 2; }
 out="$1" model="$2" gpus="$3" seq="$4" batch="$5" profile="$6"
 shift 6

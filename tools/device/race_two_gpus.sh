@@ -25,6 +25,8 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 t0=$(date +%s)
 budget="${LLMPLAN_CALL_BUDGET_S:-585}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Predictions here are the shipped profiles': no calibration store (feedback/calibration_store.h).
+export LLMPLAN_CALIBRATION_DIR=off
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 [ "$gpus" -ge 2 ] || { echo "race_two_gpus: needs 2 GPUs, this machine has $gpus (device kind nvidia-h200-x2)" >&2; exit 2; }
 

@@ -17,6 +17,8 @@ out="${OUT:+$OUT/sharded}"
 out="${out:-$build/sharded}"
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Predictions here are the shipped profiles': no calibration store (feedback/calibration_store.h).
+export LLMPLAN_CALIBRATION_DIR=off
 tokens="$root/.deps/data/fortunes.bin"
 [ -f "$tokens" ] || { echo "sharded_runs: $tokens missing (copy build/demo/tokens.bin there before the call)" >&2; exit 2; }
 
