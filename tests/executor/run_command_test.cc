@@ -255,5 +255,56 @@ TEST_F(RunCommandTest, WithoutCpuFlagNeedsAGpu) {
   EXPECT_NE(run.output.find("--cpu"), std::string::npos) << run.output;
 }
 
+// --print-launch for a two-node plan: a torchrun command per node (node
+// ranks 0 and 1, the same rendezvous, the same absolute paths) and an sbatch
+// script for 2 nodes of 8 GPUs with a --time from the prediction; nothing
+// is started or written.
+TEST_F(RunCommandTest, PrintLaunchGivesATorchrunCommandPerNodeAndAnSbatchScript) {
+  CommandResult plan = RunLlmplan("estimate --model llama3-8b --gpus 16 --gpu h100-sxm-80g --seq 8192 "
+                                  "--global-batch 256 -o " + Path("p16.json"));
+  ASSERT_EQ(plan.status, 0) << plan.output;
+  const std::string args = "run --plan " + Path("p16.json") + " --data " + Path("text.bin") + " --steps 1000 --out " +
+                           Path("multi") + " --ckpt-dir " + Path("ckpt") + " --ckpt-every 100";
+  CommandResult r = RunLlmplan(args + " --print-launch --master-addr node-a");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::istringstream lines(r.output);
+  std::vector<std::string> torchrun, sbatch;
+  bool in_script = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("NCCL_NVLS_ENABLE=0 torchrun ", 0) == 0) torchrun.push_back(line);
+    if (line == "#!/bin/bash") in_script = true;
+    if (in_script) sbatch.push_back(line);
+  }
+  ASSERT_EQ(torchrun.size(), 2u) << r.output;
+  const std::string tail = " --nproc-per-node 8 --master-addr node-a --master-port 29500 --no-python ";
+  const std::string same = " run --plan " + Path("p16.json") + " --data " + Path("text.bin") + " --steps 1000 --out " +
+                           Path("multi") + " --ckpt-dir " + Path("ckpt") + " --ckpt-every 100";
+  for (int node = 0; node < 2; ++node) {
+    EXPECT_NE(torchrun[node].find("--nnodes 2 --node-rank " + std::to_string(node) + tail), std::string::npos)
+        << torchrun[node];
+    EXPECT_NE(torchrun[node].find(same), std::string::npos) << torchrun[node];
+    EXPECT_EQ(torchrun[node].find("--print-launch"), std::string::npos) << torchrun[node];
+  }
+  const std::string script = r.output.substr(r.output.find("#!/bin/bash"));
+  for (const char* expected : {"#SBATCH --nodes=2\n", "#SBATCH --ntasks-per-node=8\n", "#SBATCH --gpus-per-node=8\n",
+                               "#SBATCH --time=0-", "export NCCL_NVLS_ENABLE=0\n", "srun --kill-on-bad-exit=1 "})
+    EXPECT_NE(script.find(expected), std::string::npos) << expected << "\n" << script;
+  EXPECT_NE(script.find(same + "\n"), std::string::npos) << script;
+  EXPECT_FALSE(std::filesystem::exists(Path("multi")));
+  EXPECT_FALSE(std::filesystem::exists(Path("ckpt")));
+
+  // Nodes that the plan does not fill, and --master-addr alone, are one line each.
+  CommandResult uneven_plan = RunLlmplan("estimate --model tiny-llama --gpus 12 --gpu h100-sxm-80g --seq 64 "
+                                         "--global-batch 12 -o " + Path("p12.json"));
+  ASSERT_EQ(uneven_plan.status, 0) << uneven_plan.output;
+  CommandResult uneven = RunLlmplan("run --plan " + Path("p12.json") + " --data " + Path("text.bin") +
+                                    " --steps 10 --out " + Path("u") + " --print-launch");
+  EXPECT_EQ(uneven.status, 2) << uneven.output;
+  EXPECT_NE(uneven.output.find("do not fill nodes of 8"), std::string::npos) << uneven.output;
+  CommandResult alone = RunLlmplan(args + " --master-addr node-a");
+  EXPECT_EQ(alone.status, 2) << alone.output;
+  EXPECT_NE(alone.output.find("--master-addr goes with --print-launch"), std::string::npos) << alone.output;
+}
+
 }  // namespace
 }  // namespace llmplan

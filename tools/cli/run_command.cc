@@ -11,6 +11,8 @@
 //
 // The plan comes from `llmplan estimate ... -o plan.json`; the token file from
 // `llmplan data prepare` or any format data/token_file.h reads.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -20,6 +22,7 @@
 #include <functional>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -46,6 +49,7 @@
 #include "simulator/evaluate.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/executor_commands.h"
+#include "tools/cli/launch_script.h"
 #include "tools/cli/option_checks.h"
 #include "tools/cli/version.h"
 
@@ -63,6 +67,8 @@ struct RunOptions {
   double lr = -1;     // < 0: the plan's
   int cpu_ranks = 0;  // with --cpu: local processes (Gloo ranks); 0: the plan's gpus
   bool no_learn = false;  // leave this run out of the calibration store
+  bool print_launch = false;  // print the per-node commands and an sbatch script; start nothing
+  std::string master_addr;    // with print_launch: node 0's host (default: this host)
   bool no_final_weights = false;
   bool overwrite = false;
   std::string bad_step = "stop";
@@ -143,6 +149,54 @@ void LearnFrom(const std::string& run_dir) {
   }
 }
 
+// --print-launch: this command line as every node of the plan would run it
+// (paths absolute, so they name the same files on a shared file system),
+// under torchrun and under Slurm (tools/cli/launch_script.h).
+void PrintLaunch(const RunOptions& o, const executor::TrainConfig& config) {
+  const std::vector<std::string> self = executor::SelfArgv();
+  static const std::set<std::string> kPathFlags = {"--plan",     "--data",        "--out",      "--ckpt-dir",
+                                                   "--nvme-dir", "--resume-from", "--init-from"};
+  std::vector<std::string> args;
+  for (size_t i = 1; i < self.size(); ++i) {
+    std::string arg = self[i];
+    if (arg == "--print-launch") continue;
+    if (arg == "--master-addr") {
+      ++i;
+      continue;
+    }
+    if (arg.rfind("--master-addr=", 0) == 0) continue;
+    const size_t eq = arg.find('=');
+    const std::string flag = arg.substr(0, eq);
+    if (kPathFlags.count(flag) && eq != std::string::npos) {
+      arg = flag + "=" + std::filesystem::absolute(arg.substr(eq + 1)).string();
+    } else if (kPathFlags.count(arg) && i + 1 < self.size()) {
+      args.push_back(arg);
+      arg = std::filesystem::absolute(self[++i]).string();
+    }
+    args.push_back(arg);
+  }
+  LaunchRequest request;
+  request.plan = config.plan;
+  request.executable = std::filesystem::absolute(self[0]).string();
+  request.run_args = args;
+  request.master_addr = o.master_addr;
+  if (request.master_addr.empty()) {
+    char host[256] = "";
+    ::gethostname(host, sizeof host - 1);
+    request.master_addr = host[0] != '\0' ? host : "NODE0";
+  }
+  request.steps = o.steps;
+  const HardwareProfile profile = ProfileOrDefault(config.plan.profile, /*warn=*/false);
+  if (profile.bf16_peak_flops > 0) {
+    const double tokens_per_s_per_gpu =
+        PredictedTokensPerSecondPerGpu(config.plan, profile, BuildStepProgram(config.plan, profile));
+    if (tokens_per_s_per_gpu > 0)
+      request.predicted_step_s =
+          static_cast<double>(config.plan.TokensPerStep()) / (tokens_per_s_per_gpu * config.plan.gpus);
+  }
+  std::cout << LaunchScript(request);
+}
+
 // True when the checkpoint a resume would start from is already at `steps`
 // (it says so: nothing to train); throws when that checkpoint is past them.
 bool AlreadyReachedItsSteps(const executor::TrainConfig& config, int64_t steps) {
@@ -204,6 +258,11 @@ void RunCommand(const RunOptions& o) {
   config.run_dir_mode = resuming                            ? executor::RunDirectoryMode::kResume
                         : o.overwrite                       ? executor::RunDirectoryMode::kOverwrite
                                                             : executor::RunDirectoryMode::kNew;
+  if (o.print_launch) {
+    if (o.cpu) throw UserError("--print-launch prints GPU launch commands: drop --cpu");
+    return PrintLaunch(o, config);
+  }
+  if (!o.master_addr.empty()) throw UserError("--master-addr goes with --print-launch");
   // A run resumed at or past its last step: decided before any file of the
   // run is opened, so its summary and metrics stay exactly as they are.
   if (resuming && AlreadyReachedItsSteps(config, o.steps)) return;
@@ -340,6 +399,11 @@ void AddRunCommand(CLI::App& app) {
   run->add_flag("--no-learn", options->no_learn,
                 "Leave this run out of the calibration store (by default a finished run records what it measured "
                 "there, and the next llmplan estimate on this machine predicts with it)");
+  run->add_flag("--print-launch", options->print_launch,
+                "Print how to start this run on its nodes (a torchrun command per node, and an sbatch script) "
+                "and start nothing");
+  run->add_option("--master-addr", options->master_addr,
+                  "With --print-launch: the host of node 0, where the ranks meet (default: this host)");
   run->add_option("--cpu-ranks", options->cpu_ranks, "With --cpu: CPU processes to start (default: the plan's gpus)")
       ->check(CLI::Range(1, 1024));
   run->callback([options] { RunCommand(*options); });
