@@ -124,6 +124,7 @@ void ConnectRanks(const TrainConfig& config, RankSetup& rank) {
                                      rank.device, timeout);
   HealthCheck(rank.groups);  // every group answers before any training
   rank.watchdog = std::make_unique<CollectiveWatchdog>(rank.env.rank, timeout, rank.groups.All());
+  rank.liveness = std::make_unique<PeerLiveness>(rank.env, timeout);
   rank.comms = StepComms{rank.groups.shard.get(), rank.groups.shard_reduce.get(), rank.groups.replica.get(),
                          rank.groups.world.get(), rank.watchdog.get()};
 }

@@ -11,6 +11,7 @@
 
 #include "executor/comm/collective_watchdog.h"
 #include "executor/comm/distributed_env.h"
+#include "executor/comm/peer_liveness.h"
 #include "executor/comm/process_groups.h"
 #include "executor/run/run_directory.h"
 #include "executor/run/trainer.h"
@@ -28,6 +29,7 @@ struct RankSetup {
   // Declared before the watchdog, which watches them: destroyed after it.
   ProcessGroups groups;
   std::unique_ptr<CollectiveWatchdog> watchdog;
+  std::unique_ptr<PeerLiveness> liveness;  // heartbeats: who died, when a collective fails (null on one process)
   StepComms comms;  // all null on one process
 };
 

@@ -16,6 +16,7 @@
 #include "base/format.h"
 #include "base/user_error.h"
 #include "executor/checkpoint/checkpoint_store.h"
+#include "executor/comm/communicator.h"
 #include "executor/data/batch_loader.h"
 #include "executor/run/batch_source.h"
 #include "executor/run/rank_setup.h"
@@ -184,6 +185,13 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
     if (!config.run_dir.empty() && config.final_weights && !report.stopped())
       state.WriteFinalWeights(rank, (std::filesystem::path(config.run_dir) / "final.safetensors").string());
     return report.Complete(last_checkpoint, checkpoints.staging_bytes());
+  } catch (const CollectiveError& e) {
+    // A peer's connection closed: name the rank that stopped, which under
+    // torchrun or srun nothing else does (peer_liveness.h).
+    const std::string who = rank.liveness ? rank.liveness->Culprits() : "";
+    const CollectiveError named(who.empty() ? std::string(e.what()) : std::string(e.what()) + "; " + who);
+    report.Fail(named, checkpoints.Finish(), checkpoints.staging_bytes());
+    throw named;
   } catch (const std::exception& e) {
     // A save in flight holds an earlier step's whole state: let it finish,
     // so the summary can name it.
