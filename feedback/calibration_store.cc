@@ -283,7 +283,8 @@ StoreFit FitStore(const std::string& store, const HardwareProfile& start, const 
   if (entries.empty()) return fit;
 
   // The cache holds while the entries, the start and the machine are the same.
-  nlohmann::json key = {{"start", HardwareProfileToJson(start)}, {"machine", MachineIdentityToJson(here)}};
+  nlohmann::json key = {
+      {"store", store}, {"start", HardwareProfileToJson(start)}, {"machine", MachineIdentityToJson(here)}};
   for (const StoreEntry& e : entries) key["entries"].push_back(fs::path(e.dir).filename().string());
   const std::string cache = (fs::path(store) / fit.hardware / "fit.json").string();
   {
@@ -380,6 +381,10 @@ StoreFit FitStore(const std::string& store, const HardwareProfile& start, const 
   return fit;
 }
 
+double DisagreementThreshold(const StoreFit& fit) {
+  return fit.profile && std::isfinite(fit.spread) ? std::max(fit.spread, 0.03) : 0.05;
+}
+
 // ---------------------------------------------------------------------------
 // Recording
 
@@ -401,7 +406,7 @@ RunAgainstStore RecordRun(const std::string& store, const std::string& run_dir, 
     against.predicted_s = c.step_time_s.predicted;
     against.measured_s = c.step_time_s.measured;
     against.error = c.step_time_s.error();
-    against.threshold = std::isfinite(fit.spread) ? std::max(fit.spread, 0.05) : 0.05;
+    against.threshold = DisagreementThreshold(fit);
     against.disagrees = std::abs(against.error) > against.threshold;
   }
 

@@ -102,13 +102,18 @@ struct StoreFit {
 // while the entries, the start profile and `here` are unchanged.
 StoreFit FitStore(const std::string& store, const HardwareProfile& start, const MachineIdentity& here);
 
+// How far a run may stray from the fit's prediction before it is news: the
+// fit's spread, at least 3%; 5% when there is no spread (no fit, or a fit of
+// one run).
+double DisagreementThreshold(const StoreFit& fit);
+
 // How a newly finished run compares with what the store predicts for it.
 struct RunAgainstStore {
   bool compared = false;   // the store had a fit for its hardware
   int runs = 0;            // entries in that fit
   double predicted_s = 0, measured_s = 0;
   double error = 0;        // (predicted - measured) / measured
-  double threshold = 0;    // the fit's spread, at least 5% (5% from one entry)
+  double threshold = 0;    // DisagreementThreshold of the fit
   bool disagrees = false;  // |error| > threshold
 };
 

@@ -98,7 +98,11 @@ void Run(const EstimateOptions& o) {
   const std::string calibration_off_by =
       o.no_calibration ? "--no-calibration" : (store ? "" : "LLMPLAN_CALIBRATION_DIR=off, or no home directory");
   if (calibration_off_by.empty()) {
-    calibration = FitStore(*store, profile, ThisMachine(ThisBuild()));
+    try {
+      calibration = FitStore(*store, profile, ThisMachine(ThisBuild()));
+    } catch (const UserError& e) {
+      calibration.notes.push_back(std::string("the calibration store cannot be read: ") + e.what());
+    }
     for (const std::string& note : calibration.notes) std::cerr << "llmplan: note: " << note << "\n";
     if (calibration.profile) profile = *calibration.profile;
   }

@@ -101,9 +101,9 @@ double PredictedTokensPerSecondPerGpu(const Plan& plan, const HardwareProfile& p
 }
 
 // What the run holds its step time against after the warm-up: the plan's
-// profile refitted on this machine's recorded runs, with their spread (at
-// least 3%), else the profile itself with 5%. Empty when the profile is not
-// here (nothing to predict with).
+// profile refitted on this machine's recorded runs, else the profile itself,
+// and how far it may stray (DisagreementThreshold). Empty when the profile
+// is not here (nothing to predict with).
 std::function<nlohmann::json(const std::string&)> PredictionCheck(const HardwareProfile& profile) {
   if (profile.bf16_peak_flops <= 0) return {};
   StoreFit fit;
@@ -114,7 +114,7 @@ std::function<nlohmann::json(const std::string&)> PredictionCheck(const Hardware
       // an unreadable store: predict with the profile as shipped
     }
   }
-  const double threshold = fit.profile && std::isfinite(fit.spread) ? std::max(fit.spread, 0.03) : 0.05;
+  const double threshold = DisagreementThreshold(fit);
   return [profile, fit, threshold](const std::string& run_dir) {
     const CalibrationRun run = PrepareCalibrationRun(LoadMeasuredRun(run_dir), profile);
     return PredictionDisagreement(CompareOnProfile(run, fit.profile ? *fit.profile : profile), threshold, run_dir,
