@@ -33,8 +33,11 @@ PeerLiveness::PeerLiveness(const DistributedEnv& env, std::chrono::milliseconds 
                           std::string(e.what()).substr(0, 200));
   }
   beat_ = std::thread([this] {
-    while (!stop_.load()) {
-      std::this_thread::sleep_for(kInterval);
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(stop_mu_);
+        if (stop_cv_.wait_for(lock, kInterval, [this] { return stop_; })) return;
+      }
       try {
         std::lock_guard<std::mutex> lock(StoreMutex());
         store_->add(Key(env_.rank), 1);
@@ -46,7 +49,11 @@ PeerLiveness::PeerLiveness(const DistributedEnv& env, std::chrono::milliseconds 
 }
 
 PeerLiveness::~PeerLiveness() {
-  stop_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
   if (beat_.joinable()) beat_.join();
 }
 

@@ -9,9 +9,10 @@
 // (each rank that calls Culprits says so first: its own exit is not a cause).
 #pragma once
 
-#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -47,7 +48,9 @@ class PeerLiveness {
 
   DistributedEnv env_;
   c10::intrusive_ptr<c10d::Store> store_;  // this object's own connection
-  std::atomic<bool> stop_{false};
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;  // wakes the beat at once when the run ends
+  bool stop_ = false;
   std::thread beat_;
 };
 
