@@ -62,12 +62,17 @@ constexpr TermInfo kTerm[kNumTerms] = {
 constexpr double kLaunchFloorMargin = 1.05;
 
 // CostModel::ComputeSeconds as a linear function of the coefficients, plus
-// the seconds the op spent beside a collective.
-Vector Features(const OpWork& w, double overlapped_s) {
+// the seconds the op spent beside a collective. Attention of another head
+// width counts as its FLOPs over the profile's measured fraction for that
+// width, which the fit keeps: it refits the reference rates.
+Vector Features(const OpWork& w, double overlapped_s, const HardwareProfile& p) {
   const double d = std::max(1.0, w.gemm_min_dim);  // as HardwareProfile::GemmFlopsPerSecond
+  const bool back = w.attention_backward;
+  const double reference = back ? p.attention_backward_flops_per_s : p.attention_forward_flops_per_s;
+  const double attention = w.attention_flops * reference / p.AttentionFlopsPerSecond(back, w.attention_head_dim);
   return {w.gemm_flops,
-          w.attention_backward ? 0 : w.attention_flops,
-          w.attention_backward ? w.attention_flops : 0,
+          back ? 0 : attention,
+          back ? attention : 0,
           w.elementwise_bytes,
           static_cast<double>(w.launches),
           w.gemm_flops / d,
@@ -194,7 +199,7 @@ Candidates CollectCandidates(const std::vector<CalibrationRun>& runs, const Hard
       const double y = run.measured.MeanSeconds(op.id);
       if (!(y > 0) || (!cpu_device && HostPaced(run.measured, op.id))) continue;
       // Only the compute stream slows beside a collective (a one-GPU gather's cast does not).
-      c.features.push_back(Features(op.work, op.stream == StreamKind::kCompute ? beside[op.id] : 0));
+      c.features.push_back(Features(op.work, op.stream == StreamKind::kCompute ? beside[op.id] : 0, profile));
       c.seconds.push_back(y);
       c.floor.push_back(op.work.launches * profile.kernel_launch_s);
       c.run.push_back(static_cast<int>(r));

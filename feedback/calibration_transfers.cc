@@ -248,6 +248,15 @@ void FitCopiesAndCpuOptimizer(const std::vector<CalibrationRun>& runs, HardwareP
     const std::vector<double> beside_d2h = MeanSecondsBeside(run, {StreamKind::kDeviceToHost});
     const std::vector<double> beside_h2d = MeanSecondsBeside(run, {StreamKind::kHostToDevice});
     const double shared = profile.copies_share_link ? 0.5 : 0.0;
+    // Host memory bandwidth is shared between the copies and the CPU AdamW
+    // (simulator.cc): a copy slowed by s for w of its y seconds moved its
+    // bytes in y - w s/(1+s) seconds of its full rate, and so did the update
+    // beside the copies. Both slowdowns are measured by llmplan profile and kept.
+    const std::vector<double> beside_cpu = MeanSecondsBeside(run, {StreamKind::kCpu});
+    const std::vector<double> beside_copies =
+        MeanSecondsBeside(run, {StreamKind::kHostToDevice, StreamKind::kDeviceToHost});
+    const double copy_c = profile.copy_slowdown_during_cpu_adam / (1 + profile.copy_slowdown_during_cpu_adam);
+    const double adam_c = profile.cpu_adam_slowdown_during_copies / (1 + profile.cpu_adam_slowdown_during_copies);
     int used[4] = {0, 0, 0, 0};
     for (const StepOp& op : run.program.ops) {
       const double y = run.measured.MeanSeconds(op.id);
@@ -258,14 +267,14 @@ void FitCopiesAndCpuOptimizer(const std::vector<CalibrationRun>& runs, HardwareP
         case OpKind::kCopyMasterToDevice:
           to_device.work.push_back(op.work.copy_bytes);
           to_device.seconds.push_back(y);
-          to_device.target.push_back(1 - shared * beside_d2h[op.id] / y);
+          to_device.target.push_back(std::max(0.05, 1 - shared * beside_d2h[op.id] / y - copy_c * beside_cpu[op.id] / y));
           used[0] = 1;
           break;
         case OpKind::kCopyGradsToHost:
         case OpKind::kCopyMasterToHost:
           to_host.work.push_back(op.work.copy_bytes);
           to_host.seconds.push_back(y);
-          to_host.target.push_back(1 - shared * beside_h2d[op.id] / y);
+          to_host.target.push_back(std::max(0.05, 1 - shared * beside_h2d[op.id] / y - copy_c * beside_cpu[op.id] / y));
           used[1] = 1;
           break;
         case OpKind::kCpuOptimizerStep: {
@@ -278,7 +287,7 @@ void FitCopiesAndCpuOptimizer(const std::vector<CalibrationRun>& runs, HardwareP
           RateRows& rows = alone ? adam_alone : adam;
           rows.work.push_back(op.work.cpu_adam_params * (alone ? 1 : op.work.host_sharers));
           rows.seconds.push_back(y);
-          rows.target.push_back(1);
+          rows.target.push_back(std::max(0.05, 1 - adam_c * beside_copies[op.id] / y));
           used[alone ? 3 : 2] = 1;
           break;
         }

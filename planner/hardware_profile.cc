@@ -79,6 +79,13 @@ double HardwareProfile::AllocatorCapacityBytes() const {
   return memory_bytes * usable_fraction - cuda_context_bytes;
 }
 
+double HardwareProfile::AttentionFlopsPerSecond(bool backward, int head_dim) const {
+  const double reference = backward ? attention_backward_flops_per_s : attention_forward_flops_per_s;
+  for (const AttentionWidth& w : attention_widths)
+    if (w.head_dim == head_dim) return reference * (backward ? w.backward_fraction : w.forward_fraction);
+  return reference;
+}
+
 void HardwareProfile::Validate() const {
   auto positive = [&](double v, const char* field) {
     if (!(v > 0) || !std::isfinite(v))
@@ -96,6 +103,8 @@ void HardwareProfile::Validate() const {
   positive(cpu_adam_alone_params_per_s, "host.cpu_adam_alone_params_per_s");
   if (!(cpu_adam_slowdown_during_copies >= 0 && cpu_adam_slowdown_during_copies <= 10))
     throw UserError("profile " + name + ": host.cpu_adam_slowdown_during_copies must be between 0 and 10");
+  if (!(copy_slowdown_during_cpu_adam >= 0 && copy_slowdown_during_cpu_adam <= 10))
+    throw UserError("profile " + name + ": host.copy_slowdown_during_cpu_adam must be between 0 and 10");
   if (AllocatorCapacityBytes() <= 0)
     throw UserError("profile " + name + ": cuda_context_bytes leaves no usable device memory");
   if (gpus_per_node < 1) throw UserError("profile " + name + ": topology.gpus_per_node must be at least 1");
@@ -176,6 +185,19 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   JsonObject attn = compute.Object("attention");
   p.attention_forward_flops_per_s = attn.NumberIn("forward_flops_per_s", 1, kMaxRate);
   p.attention_backward_flops_per_s = attn.NumberIn("backward_flops_per_s", 1, kMaxRate);
+  p.attention_reference_head_dim = static_cast<int>(attn.Integer("reference_head_dim", 0, 4096, 0));
+  if (attn.Has("by_head_dim")) {
+    const nlohmann::json& widths = attn.Raw("by_head_dim");
+    if (!widths.is_array()) attn.Fail("by_head_dim", "must be a list of {head_dim, forward_fraction, backward_fraction}");
+    for (size_t i = 0; i < widths.size(); ++i) {
+      JsonObject w(widths[i], attn.context() + ".by_head_dim[" + std::to_string(i) + "]");
+      HardwareProfile::AttentionWidth width;
+      width.head_dim = static_cast<int>(w.Integer("head_dim", 1, 4096));
+      width.forward_fraction = w.NumberIn("forward_fraction", 0.01, 100);
+      width.backward_fraction = w.NumberIn("backward_fraction", 0.01, 100);
+      p.attention_widths.push_back(width);
+    }
+  }
   p.memory_bandwidth_bytes_per_s = compute.NumberIn("memory_bandwidth_bytes_per_s", 1, kMaxRate);
   p.elementwise_efficiency = compute.NumberIn("elementwise_efficiency", 0.01, 1.0, 0.7);
   p.kernel_launch_s = compute.NumberIn("kernel_launch_s", 0, 1, 4e-6);
@@ -192,6 +214,7 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   // A profile that measured only one rate uses it for both.
   p.cpu_adam_alone_params_per_s = host.NumberIn("cpu_adam_alone_params_per_s", 1, kMaxRate, p.cpu_adam_params_per_s);
   p.cpu_adam_slowdown_during_copies = host.NumberIn("cpu_adam_slowdown_during_copies", 0, 10, 0);
+  p.copy_slowdown_during_cpu_adam = host.NumberIn("copy_slowdown_during_cpu_adam", 0, 10, 0);
   p.step_overhead_s = host.NumberIn("step_overhead_s", 0, 3600, 0);
   p.nvme_read_bytes_per_s = host.NumberIn("nvme_read_bytes_per_s", 0, kMaxRate, 0);
   p.nvme_write_bytes_per_s = host.NumberIn("nvme_write_bytes_per_s", 0, kMaxRate, 0);
@@ -208,6 +231,26 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   return p;
 }
 
+
+namespace {
+
+nlohmann::json AttentionJson(const HardwareProfile& p) {
+  nlohmann::json j = {{"forward_flops_per_s", p.attention_forward_flops_per_s},
+                      {"backward_flops_per_s", p.attention_backward_flops_per_s}};
+  if (p.attention_reference_head_dim > 0) j["reference_head_dim"] = p.attention_reference_head_dim;
+  if (!p.attention_widths.empty()) {
+    nlohmann::json widths = nlohmann::json::array();
+    for (const HardwareProfile::AttentionWidth& w : p.attention_widths)
+      widths.push_back({{"head_dim", w.head_dim},
+                        {"forward_fraction", w.forward_fraction},
+                        {"backward_fraction", w.backward_fraction}});
+    j["by_head_dim"] = widths;
+  }
+  return j;
+}
+
+}  // namespace
+
 nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
   return {{"name", p.name},
           {"source", p.source},
@@ -222,9 +265,7 @@ nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
           {"compute",
            {{"bf16_peak_flops", p.bf16_peak_flops},
             {"gemm", {{"max_efficiency", p.gemm_max_efficiency}, {"half_efficiency_dim", p.gemm_half_efficiency_dim}}},
-            {"attention",
-             {{"forward_flops_per_s", p.attention_forward_flops_per_s},
-              {"backward_flops_per_s", p.attention_backward_flops_per_s}}},
+            {"attention", AttentionJson(p)},
             {"memory_bandwidth_bytes_per_s", p.memory_bandwidth_bytes_per_s},
             {"elementwise_efficiency", p.elementwise_efficiency},
             {"kernel_launch_s", p.kernel_launch_s},
@@ -239,6 +280,7 @@ nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
             {"cpu_adam_params_per_s", p.cpu_adam_params_per_s},
             {"cpu_adam_alone_params_per_s", p.cpu_adam_alone_params_per_s},
             {"cpu_adam_slowdown_during_copies", p.cpu_adam_slowdown_during_copies},
+            {"copy_slowdown_during_cpu_adam", p.copy_slowdown_during_cpu_adam},
             {"step_overhead_s", p.step_overhead_s},
             {"nvme_read_bytes_per_s", p.nvme_read_bytes_per_s},
             {"nvme_write_bytes_per_s", p.nvme_write_bytes_per_s}}},

@@ -58,8 +58,23 @@ struct HardwareProfile {
   double gemm_half_efficiency_dim = 300;
   // Causal attention, FLOPs counted with the causal half removed
   // (forward 2*b*s^2*h*d... see cost_model.cc); backward does 2.5x forward's FLOPs.
+  // Measured at attention_reference_head_dim (128 on GPUs: the Llama-3 heads).
   double attention_forward_flops_per_s = 0;
   double attention_backward_flops_per_s = 0;
+  int attention_reference_head_dim = 0;  // 0: every width runs at the rates above
+  // Heads of other widths, as fractions of those rates. FlashAttention tiles
+  // the sequence by 64-128 rows and loops over head_dim inside a tile, so a
+  // 64-wide head (SmolLM2, Qwen2.5-0.5B) does half the tensor-core work per
+  // K/V tile loaded and per softmax pass: on one H200 its backward ran at
+  // about two thirds of the 128-wide rate. llmplan profile measures each
+  // width it lists; a width not listed runs at the reference rates.
+  struct AttentionWidth {
+    int head_dim = 0;
+    double forward_fraction = 1, backward_fraction = 1;
+  };
+  std::vector<AttentionWidth> attention_widths;
+  // Causal attention FLOPs per second for heads `head_dim` wide (0: the reference).
+  double AttentionFlopsPerSecond(bool backward, int head_dim) const;
   double memory_bandwidth_bytes_per_s = 0;  // achieved, read+write
   double elementwise_efficiency = 0.7;      // fraction of memory bandwidth elementwise kernels reach
   double kernel_launch_s = 4e-6;            // host cost of issuing one kernel (the host runs ahead unless work is tiny)
@@ -101,6 +116,13 @@ struct HardwareProfile {
   // copy beside it. llmplan profile measures it (the update
   // alone and beside continuous copies both ways); 0: not measured.
   double cpu_adam_slowdown_during_copies = 0;
+  // And the other way: a pinned copy slows by this fraction while the CPU
+  // AdamW runs beside it — the DMA engine waits on the same memory
+  // controllers the update saturates (one H200: the parameters' upload ran
+  // 20% longer beside the update than its alone rate said). llmplan profile
+  // measures it (copies both ways alone, then beside back-to-back updates);
+  // 0: not measured.
+  double copy_slowdown_during_cpu_adam = 0;
   // Sequential read and write bandwidth of the node's local SSD, in large
   // aligned blocks that bypass the page cache (O_DIRECT), as NVMe offload
   // streams AdamW's state: llmplan profile --nvme-dir measures them. 0: not

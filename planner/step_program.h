@@ -119,6 +119,7 @@ struct OpWork {
   double gemm_min_dim = 0;       // smallest GEMM dimension (efficiency curve)
   double attention_flops = 0;    // causal-halved FLOPs
   bool attention_backward = false;
+  int attention_head_dim = 0;    // the heads' width (HardwareProfile::AttentionFlopsPerSecond); 0: the reference
   double elementwise_bytes = 0;  // bytes read+written by memory-bound kernels
   int launches = 0;              // kernel launches (host overhead floor)
   // Collectives

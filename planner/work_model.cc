@@ -77,6 +77,7 @@ OpWork BlockForwardWork(const ActivationShape& a) {
   // Most FLOPs sit in the q/o and MLP GEMMs, whose smallest side is h or t.
   w.gemm_min_dim = std::min(t, h);
   w.attention_flops = 2 * a.batch * a.seq * a.seq * q;  // QK^T and PV, causal half
+  w.attention_head_dim = a.heads > 0 ? static_cast<int>(std::lround(q / a.heads)) : 0;
   // Two RMSNorms, RoPE on q and k, two residual adds, SwiGLU. Composite:
   // each add reads two and writes one (3H). Fused: the o and down GEMMs add
   // the residual in their epilogue (read it: H), and v is copied out of the

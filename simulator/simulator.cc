@@ -58,6 +58,7 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
   const double collective_slowdown = cost.profile().collective_slowdown_during_compute;
   const bool shared_link = cost.profile().copies_share_link;
   const double cpu_adam_slowdown = cost.profile().cpu_adam_slowdown_during_copies;
+  const double copy_slowdown = cost.profile().copy_slowdown_during_cpu_adam;
   std::array<double, kNumMemoryCategories> current{};
   double in_use = 0;
   double now = 0;
@@ -154,6 +155,8 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
     bool collective_running = false, compute_running = false, comm_running = false;
     bool h2d = streams[static_cast<int>(StreamKind::kHostToDevice)].running >= 0;
     bool d2h = streams[static_cast<int>(StreamKind::kDeviceToHost)].running >= 0;
+    const int cpu_op = streams[static_cast<int>(StreamKind::kCpu)].running;
+    const bool cpu_adam_running = cpu_op >= 0 && cpu_adam[cpu_op];
     for (int k = 0; k < kNumStreams; ++k) {
       if (streams[k].running < 0) continue;
       auto kind = static_cast<StreamKind>(k);
@@ -174,6 +177,10 @@ SimulationResult Simulate(const StepProgram& program, const CostModel& cost, con
         v = 1.0 / (1.0 + collective_slowdown);
       if (shared_link && h2d && d2h && (kind == StreamKind::kHostToDevice || kind == StreamKind::kDeviceToHost))
         v = 0.5;
+      // Host memory bandwidth is shared both ways: the copies' DMA slows the
+      // update, and the update slows the copies (profile: measured pairwise).
+      if (cpu_adam_running && (kind == StreamKind::kHostToDevice || kind == StreamKind::kDeviceToHost))
+        v /= 1.0 + copy_slowdown;
       if (kind == StreamKind::kCpu && (h2d || d2h) && cpu_adam[streams[k].running]) v = 1.0 / (1.0 + cpu_adam_slowdown);
       rate[k] = v;
       dt = std::min(dt, streams[k].remaining / v);

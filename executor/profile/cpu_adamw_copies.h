@@ -11,6 +11,9 @@
 // timed update; an update counts only when both were still running at its
 // end (MeasureCpuAdamWBeside).
 //
+// It also times the copies the other way round: one each way alone, then
+// beside updates running back to back (host.copy_slowdown_during_cpu_adam).
+//
 // This header needs no CUDA; the function exists only in CUDA builds
 // (cpu_adamw_copies_cuda.cc).
 #pragma once

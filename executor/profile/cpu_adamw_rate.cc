@@ -2,6 +2,7 @@
 #include "executor/profile/cpu_adamw_rate.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -116,5 +117,30 @@ UpdateBesideSeconds MeasureCpuAdamWBeside(int64_t params, int threads, int repea
   out.beside = Median(std::move(beside));
   return out;
 }
+
+struct BackgroundCpuAdamW::Loop {
+  Loop(int64_t params, int threads) : shard(params) {
+    worker = std::thread([this, threads] {
+      const AdamWScalars s = Scalars();
+      while (!stop.load(std::memory_order_relaxed)) {
+        shard.Update(s, threads);
+        done.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  Shard shard;
+  std::atomic<bool> stop{false};
+  std::atomic<int> done{0};
+  std::thread worker;
+};
+
+BackgroundCpuAdamW::BackgroundCpuAdamW(int64_t params, int threads) : loop_(std::make_unique<Loop>(params, threads)) {}
+
+BackgroundCpuAdamW::~BackgroundCpuAdamW() {
+  loop_->stop = true;
+  loop_->worker.join();
+}
+
+int BackgroundCpuAdamW::updates() const { return loop_->done.load(std::memory_order_relaxed); }
 
 }  // namespace llmplan::executor

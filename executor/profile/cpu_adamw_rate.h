@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "executor/profile/profile_measurements.h"
 
@@ -46,5 +47,23 @@ struct UpdateBesideSeconds {
 // REQUIRES: params >= 1; threads >= 1; repeats >= 1; work's functions set.
 // Throws std::runtime_error when the work never outlasted an update.
 UpdateBesideSeconds MeasureCpuAdamWBeside(int64_t params, int threads, int repeats, const WorkBesideUpdate& work);
+
+// Updates of `params` elements on `threads` threads, back to back on a
+// thread of its own from construction until destruction: the work beside
+// which copies are timed (the other half of the pairwise contention,
+// cpu_adamw_copies.h). `updates()` counts those finished so far.
+// REQUIRES: params >= 1; threads >= 1.
+class BackgroundCpuAdamW {
+ public:
+  BackgroundCpuAdamW(int64_t params, int threads);
+  ~BackgroundCpuAdamW();  // waits for the update in progress
+  BackgroundCpuAdamW(const BackgroundCpuAdamW&) = delete;
+  BackgroundCpuAdamW& operator=(const BackgroundCpuAdamW&) = delete;
+  int updates() const;
+
+ private:
+  struct Loop;
+  std::unique_ptr<Loop> loop_;
+};
 
 }  // namespace llmplan::executor

@@ -218,15 +218,24 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
                {"table", GemmTable(m.gemms)}};
   if (!m.cpu_fp32_gemms.empty()) j["gemm"]["cpu_fp32_table"] = GemmTable(m.cpu_fp32_gemms);
 
-  // --- attention: total FLOPs over total seconds across the sequence lengths ---
-  double fwd_flops = 0, fwd_s = 0, bwd_flops = 0, bwd_s = 0;
+  // --- attention: total FLOPs over total seconds across the sequence
+  // lengths, per head width; the first width measured is the reference, the
+  // others fractions of it ---
+  struct WidthTotals {
+    double fwd_flops = 0, fwd_s = 0, bwd_flops = 0, bwd_s = 0;
+  };
+  std::vector<std::pair<int, WidthTotals>> widths;  // in the order measured
   nlohmann::json attention_rows = nlohmann::json::array();
   for (const AttentionMeasurement& a : m.attention) {
     const double backward_s = std::max(a.forward_backward_s - a.forward_s, 1e-12);
-    fwd_flops += a.shape.ForwardFlops();
-    fwd_s += a.forward_s;
-    bwd_flops += a.shape.BackwardFlops();
-    bwd_s += backward_s;
+    const int head_dim = static_cast<int>(a.shape.head_dim);
+    auto width = std::find_if(widths.begin(), widths.end(), [&](const auto& w) { return w.first == head_dim; });
+    if (width == widths.end()) width = widths.insert(widths.end(), {head_dim, WidthTotals{}});
+    WidthTotals& t = width->second;
+    t.fwd_flops += a.shape.ForwardFlops();
+    t.fwd_s += a.forward_s;
+    t.bwd_flops += a.shape.BackwardFlops();
+    t.bwd_s += backward_s;
     attention_rows.push_back({{"batch", a.shape.batch},
                               {"heads", a.shape.heads},
                               {"kv_heads", a.shape.kv_heads},
@@ -239,8 +248,18 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
                               {"forward_flops_per_s", a.shape.ForwardFlops() / a.forward_s},
                               {"backward_flops_per_s", a.shape.BackwardFlops() / backward_s}});
   }
-  p.attention_forward_flops_per_s = fwd_flops / fwd_s;
-  p.attention_backward_flops_per_s = bwd_flops / bwd_s;
+  if (!widths.empty()) {
+    const WidthTotals& ref = widths.front().second;
+    p.attention_forward_flops_per_s = ref.fwd_flops / ref.fwd_s;
+    p.attention_backward_flops_per_s = ref.bwd_flops / ref.bwd_s;
+    p.attention_reference_head_dim = widths.size() > 1 ? widths.front().first : 0;
+    p.attention_widths.clear();
+    for (size_t i = 1; i < widths.size(); ++i) {
+      const WidthTotals& t = widths[i].second;
+      p.attention_widths.push_back({widths[i].first, t.fwd_flops / t.fwd_s / p.attention_forward_flops_per_s,
+                                    t.bwd_flops / t.bwd_s / p.attention_backward_flops_per_s});
+    }
+  }
   const std::string backend = m.attention.empty() ? "" : m.attention.front().backend;
   j["attention"] = {{"call", cuda ? "at::scaled_dot_product_attention(is_causal, enable_gqa) forward; backward by "
                                     "torch::autograd::grad"
@@ -361,6 +380,20 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
   } else {
     kept.push_back("host.cpu_adam_slowdown_during_copies");
   }
+  const bool copies_beside = beside && beside->copies_alone_s > 0 && beside->copies_beside_update_s > 0;
+  if (copies_beside) {
+    p.copy_slowdown_during_cpu_adam = std::clamp(beside->copies_beside_update_s / beside->copies_alone_s - 1, 0.0, 10.0);
+    j["cpu_adamw"]["copies_beside"] = {
+        {"how",
+         "one pinned cudaMemcpyAsync copy each way at once (a stream each), alone, then while the update ran back to "
+         "back on another thread of its own; medians"},
+        {"copy_bytes", beside->copy_bytes},
+        {"copies_alone_s", beside->copies_alone_s},
+        {"copies_beside_update_s", beside->copies_beside_update_s},
+        {"slowdown_during_cpu_adam", p.copy_slowdown_during_cpu_adam}};
+  } else {
+    kept.push_back("host.copy_slowdown_during_cpu_adam");
+  }
 
   // --- the local SSD (NVMe offload) ---
   if (m.disk) {
@@ -436,7 +469,12 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
     << Percent(gemm.fit.rms_relative_error) << ")" << gemm.note << ". ";
   s << "Attention: " << m.attention.size() << " shapes, " << (backend.empty() ? "" : backend + " backend, ")
     << "total FLOPs over total seconds: forward " << FormatRate(p.attention_forward_flops_per_s, "FLOP/s") << ", backward "
-    << FormatRate(p.attention_backward_flops_per_s, "FLOP/s") << ". ";
+    << FormatRate(p.attention_backward_flops_per_s, "FLOP/s")
+    << (p.attention_reference_head_dim > 0 ? " at head_dim " + std::to_string(p.attention_reference_head_dim) : "");
+  for (const HardwareProfile::AttentionWidth& w : p.attention_widths)
+    s << "; head_dim " << w.head_dim << " at " << Percent(w.forward_fraction) << " / " << Percent(w.backward_fraction)
+      << " of those";
+  s << ". ";
   s << "Memory: " << m.copy.what << " " << FormatRate(p.memory_bandwidth_bytes_per_s, "B/s") << " (read + write); "
     << m.add.what << " reaches " << Percent(p.elementwise_efficiency) << " of it. ";
   s << "Kernel launch (" << m.launch.kernels << " tiny ops): " << Micros(p.kernel_launch_s) << " host, "
@@ -460,6 +498,9 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
   if (beside)
     s << "; beside pinned copies of " << FormatBytes(beside->copy_bytes) << " both ways "
       << Times(beside->beside_copies_s / beside->alone_s) << " its time alone (host.cpu_adam_slowdown_during_copies)";
+  if (copies_beside)
+    s << "; the copies beside the update x" << std::to_string(1 + p.copy_slowdown_during_cpu_adam).substr(0, 4)
+      << " their time alone (host.copy_slowdown_during_cpu_adam)";
   s << ". ";
   if (m.disk)
     s << "NVMe (" << m.disk->dir << (m.disk->direct ? ", O_DIRECT" : ", buffered: O_DIRECT refused") << "): "

@@ -123,6 +123,10 @@ struct CpuAdamWCopiesMeasurement {
   double copy_bytes = 0;       // per copy, each way, pinned host memory
   double alone_s = 0;          // per update
   double beside_copies_s = 0;  // per update, the copies running for all of it
+  // The other way round: one copy each way at once (both streams), alone
+  // and while updates ran back to back beside it; medians. 0: not measured.
+  double copies_alone_s = 0;
+  double copies_beside_update_s = 0;
 };
 
 // The local SSD, as NVMe offload streams it (executor/profile/disk_rate.h).

@@ -75,10 +75,14 @@ std::vector<GemmShape> CpuFp32GemmShapes(bool quick) {
 std::vector<AttentionShape> ProfileAttentionShapes(bool cuda, bool quick) {
   std::vector<AttentionShape> shapes;
   if (cuda) {
+    // The reference width first (Llama-3-8B's 32 heads of 128, 8 KV), then
+    // 64-wide heads (Qwen2.5-0.5B's 14, 2 KV; SmolLM2's are 64 wide too) at
+    // the same lengths: the profile keeps the second as a fraction of the first.
     const ModelSpec m = PresetModel("llama3-8b");
     const int64_t tokens = quick ? 8192 : 16384;
-    for (int64_t seq : quick ? std::vector<int64_t>{2048, 4096} : std::vector<int64_t>{1024, 2048, 4096, 8192})
-      shapes.push_back({tokens / seq, m.heads, m.kv_heads, seq, m.head_dim});
+    const std::vector<int64_t> seqs = quick ? std::vector<int64_t>{2048, 4096} : std::vector<int64_t>{1024, 2048, 4096, 8192};
+    for (int64_t seq : seqs) shapes.push_back({tokens / seq, m.heads, m.kv_heads, seq, m.head_dim});
+    for (int64_t seq : seqs) shapes.push_back({tokens / seq, 14, 2, seq, 64});
     return shapes;
   }
   const ModelSpec m = PresetModel("small-llama");

@@ -109,6 +109,8 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
                         {"host_anon_rss_bytes", m.host_anon_rss_bytes},
                         {"pinned_host_bytes", m.pinned_host_bytes}};
     if (m.predicted_tokens_per_s_per_gpu > 0) j["predicted_tokens_per_s_per_gpu"] = m.predicted_tokens_per_s_per_gpu;
+    if (m.predicted_at_host_adam_tokens_per_s_per_gpu > 0)
+      j["predicted_at_host_adam_tokens_per_s_per_gpu"] = m.predicted_at_host_adam_tokens_per_s_per_gpu;
     if (m.cost.target_tokens > 0) AddCostJson(m.cost, j);
     AppendLine(metrics_fd_, "metrics.jsonl", j.dump(), m.step);  // unbuffered: a crashed run leaves every finished step
     const size_t n = measurement.ops.size();
@@ -138,10 +140,14 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
                m.step);
   }
   if (!progress_) return;
-  char vs_plan[48] = "";
-  if (m.predicted_tokens_per_s_per_gpu > 0)
+  char vs_plan[96] = "";
+  if (m.predicted_tokens_per_s_per_gpu > 0 && m.predicted_at_host_adam_tokens_per_s_per_gpu > 0)
+    std::snprintf(vs_plan, sizeof vs_plan, " (%.0f%% of plan, %.0f%% at step 1's host AdamW)",
+                  100.0 * m.tokens_per_s_per_gpu / m.predicted_tokens_per_s_per_gpu,
+                  100.0 * m.tokens_per_s_per_gpu / m.predicted_at_host_adam_tokens_per_s_per_gpu);
+  else if (m.predicted_tokens_per_s_per_gpu > 0)
     std::snprintf(vs_plan, sizeof vs_plan, " (%.0f%% of plan)", 100.0 * m.tokens_per_s_per_gpu / m.predicted_tokens_per_s_per_gpu);
-  char text[256];
+  char text[352];
   std::snprintf(text, sizeof text, "step %lld/%lld  loss %.4f  lr %.3g  grad_norm %.3f  %.0f tok/s/%s%s  mfu %.1f%%  %.3fs",
                 static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.loss, m.lr, m.grad_norm,
                 m.tokens_per_s_per_gpu, per_device_.c_str(), vs_plan, 100.0 * m.mfu, m.step_s);
@@ -189,6 +195,7 @@ void MetricsLog::Finish(const RunSummary& s) {
   AddRankPeaksJson(s.rank_peaks, j);
   j["data_wait_fraction"] = s.data_wait_fraction;
   j["prediction_disagreement"] = s.prediction_disagreement;
+  j["host_adam_prediction"] = s.host_adam_prediction;
   j["host_memory_growth"] = s.host_memory_growth;
   j["loader_bound_steps"] = s.loader_bound_steps;
   // Printed before it is written: a summary that cannot be written (a full

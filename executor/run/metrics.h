@@ -69,6 +69,9 @@ struct StepMetrics {
   int64_t host_anon_rss_bytes = 0;  // this rank's anonymous resident host memory after the step (heap, pinned)
   int64_t pinned_host_bytes = 0;  // of which pinned by offload and staging buffers
   double predicted_tokens_per_s_per_gpu = 0;  // the plan's simulated step on its profile (0: none)
+  // The same at the host AdamW rate the run's first step measured
+  // (TrainConfig::predict_at_host_adam; 0: no offload, or not yet known).
+  double predicted_at_host_adam_tokens_per_s_per_gpu = 0;
   CostSnapshot cost;                          // spent so far and projected to the target (run_cost.h)
 };
 
@@ -110,6 +113,9 @@ struct RunSummary {
   // Where the step time strayed from the prediction after the warm-up
   // (TrainConfig::check_prediction): null when it did not, or was not checked.
   nlohmann::json prediction_disagreement;
+  // The first step's host AdamW and what it implies (TrainConfig::
+  // predict_at_host_adam): null when the run offloads no optimizer.
+  nlohmann::json host_adam_prediction;
   // Rank 0's resident host memory that kept growing (host_memory_watch.h):
   // {from_step, to_step, from_bytes, to_bytes, bytes_per_step,
   // bytes_per_hour}, null when it levelled off.

@@ -133,6 +133,8 @@ void RunReport::Step(const StepResult& r, const StepTiming& timing, int64_t step
   m.host_anon_rss_bytes = ProcessAnonRssBytes();
   m.pinned_host_bytes = PinnedHostBytes();
   m.predicted_tokens_per_s_per_gpu = summary_.predicted_tokens_per_s_per_gpu;
+  PredictAtHostAdam(measured, m.step);
+  m.predicted_at_host_adam_tokens_per_s_per_gpu = at_host_adam_tokens_per_s_per_gpu_;
   m.cost = cost_.StepDone(steps_taken, SecondsSince(run_start_), timing.step_s);
   summary_.losses.push_back(r.loss);  // the step is done even if its line cannot be written
   log_.LogStep(m, measured);
@@ -192,6 +194,40 @@ void RunReport::CheckPrediction(int64_t steps_taken) {
   summary_.prediction_disagreement = notice;
   if (config_.progress && notice.contains("message") && notice["message"].is_string())
     std::cout << (log_.terminal() ? "\n" : "") << notice["message"].get<std::string>() << std::endl;
+}
+
+void RunReport::PredictAtHostAdam(const StepMeasurement& measured, int64_t step) {
+  if (host_adam_predicted_ || !rank_.rank0 || !config_.predict_at_host_adam) return;
+  host_adam_predicted_ = true;
+  double seconds = 0, params = 0;
+  for (const StepOp& op : config_.program.ops) {
+    if (op.kind != OpKind::kCpuOptimizerStep || op.id >= static_cast<int>(measured.ops.size())) continue;
+    const OpMeasurement& o = measured.ops[op.id];
+    if (!o.measured) return;  // a step that did not time its host AdamW says nothing
+    seconds += o.end_s - o.start_s;
+    params += op.work.cpu_adam_params;
+  }
+  if (!(seconds > 0) || !(params > 0)) return;  // no optimizer offload
+  double predicted = 0;
+  try {
+    predicted = config_.predict_at_host_adam(seconds);
+  } catch (const std::exception&) {
+    return;  // a prediction that cannot be made is no reason to stop training
+  }
+  if (!(predicted > 0)) return;
+  at_host_adam_tokens_per_s_per_gpu_ = predicted;
+  summary_.host_adam_prediction = {{"step", step},
+                                   {"cpu_adam_seconds", seconds},
+                                   {"params_per_s", params / seconds},
+                                   {"predicted_tokens_per_s_per_gpu", predicted}};
+  if (!config_.progress) return;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "host AdamW in step %lld: %.3g G params/s; at that rate the plan predicts %.0f tok/s/%s (its "
+                "profile's rate: %.0f)",
+                static_cast<long long>(step), params / seconds / 1e9, predicted, PerDevice(rank_).c_str(),
+                summary_.predicted_tokens_per_s_per_gpu);
+  std::cout << (log_.terminal() ? "\n" : "") << line << std::endl;
 }
 
 // This rank's peak memory, written to run_dir when it grows (rank_peaks.h)

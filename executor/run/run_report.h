@@ -61,6 +61,8 @@ class RunReport {
   void CompleteSummary(const std::string& last_checkpoint, int64_t checkpoint_staging_bytes);
   // TrainConfig::check_prediction, once, when this process has run enough steps.
   void CheckPrediction(int64_t steps_taken);
+  // TrainConfig::predict_at_host_adam, once, from the first step's CPU AdamW ops.
+  void PredictAtHostAdam(const StepMeasurement& measured, int64_t step);
   void RecordPeak(const StepMeasurement& measured, int64_t step);
 
   const TrainConfig& config_;
@@ -80,6 +82,8 @@ class RunReport {
   RankPeak own_peak_;
   bool own_peak_writable_;
   bool prediction_checked_ = false;
+  bool host_adam_predicted_ = false;
+  double at_host_adam_tokens_per_s_per_gpu_ = 0;  // 0: not predicted
 };
 
 }  // namespace llmplan::executor

@@ -48,6 +48,13 @@ struct TrainConfig {
   // object whose "message" the run prints and which the summary keeps as
   // prediction_disagreement. Its exceptions are not the run's: ignored.
   std::function<nlohmann::json(const std::string& run_dir)> check_prediction;
+  // Optimizer offload: the host's AdamW varies from machine to machine and
+  // day to day (one H200 host: 21% between two days), more than anything the
+  // profile measured. Given the seconds the first step's CPU AdamW ops took,
+  // the tokens/s per GPU the program predicts at that host rate (0: none).
+  // Rank 0 calls it once, after its first step; the progress lines then hold
+  // each step against it too. May be empty; its exceptions are ignored.
+  std::function<double(double cpu_adam_seconds)> predict_at_host_adam;
   int64_t steps = 0;            // train until this many optimizer steps were taken (a resumed run counts its earlier ones)
   std::string run_dir;          // metrics.jsonl, summary.json, ...; empty: write nothing
   RunDirectoryMode run_dir_mode = RunDirectoryMode::kNew;  // an earlier run in run_dir: refuse, continue or replace

@@ -89,7 +89,8 @@ namespace {
 
 // The test hook of a run made slow on purpose (the in-run prediction check,
 // tests/executor/learn_cli_test.cc): LLMPLAN_TEST_SLOW_OPTIMIZER_S=SECONDS
-// makes every optimizer op take that much longer on the host. Unset: nothing.
+// makes every optimizer op (the device's AdamW and the offloaded one on the
+// host) take that much longer on the host. Unset: nothing.
 void MaybeDelayForTest(const StepOp&) {
   static const double seconds = [] {
     const char* text = std::getenv("LLMPLAN_TEST_SLOW_OPTIMIZER_S");
@@ -466,6 +467,7 @@ void StepInterpreter::Perform(const StepOp& op) {
     case OpKind::kCpuOptimizerStep:
       recorder_.Start(op.id, Where::kHost);
       CpuOptimizerStep(op);
+      MaybeDelayForTest(op);
       recorder_.Stop(op.id, Where::kHost);
       break;
     case OpKind::kCopyParamsToDevice: CopyParamsToDevice(op); break;

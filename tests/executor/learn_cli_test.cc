@@ -128,6 +128,40 @@ TEST_F(LearnCliTest, ARunSlowerThanTheStorePredictsSaysWhereOnce) {
   EXPECT_LT(summary["prediction_disagreement"]["error"].get<double>(), -0.3);
 }
 
+// Optimizer offload: the first step's host AdamW says what the run will
+// take (the host's rate varies more than any profile measured). A run whose
+// host AdamW is made slow on purpose prints, once, the rate it measured and
+// the tokens/s the plan predicts at it; the progress lines hold each step
+// against that too, and the prediction is near what the steps then take
+// (the plan's own, at the profile's rate, is several times too fast).
+TEST_F(LearnCliTest, TheFirstStepsHostAdamWGivesAPredictionTheStepsThenMeet) {
+  ASSERT_EQ(Estimate("--offload optimizer -o " + Path("plan.json")).status, 0);
+  ::setenv("LLMPLAN_TEST_SLOW_OPTIMIZER_S", "0.03", 1);
+  CommandResult run = Run("offloaded", "--no-learn");
+  ::unsetenv("LLMPLAN_TEST_SLOW_OPTIMIZER_S");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const std::string head = "host AdamW in step 1: ";
+  const size_t at = run.output.find(head);
+  ASSERT_NE(at, std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find(head, at + 1), std::string::npos) << "said once: " << run.output;
+  EXPECT_NE(run.output.find("at step 1's host AdamW)"), std::string::npos) << run.output;
+  const nlohmann::json summary = nlohmann::json::parse(std::ifstream(Path("offloaded") + "/summary.json"));
+  const nlohmann::json& host = summary["host_adam_prediction"];
+  ASSERT_TRUE(host.is_object()) << summary.dump(1);
+  EXPECT_GE(host["cpu_adam_seconds"].get<double>(), 0.03);
+  const double at_host = host["predicted_tokens_per_s_per_gpu"].get<double>();
+  const double plan = summary["predicted_tokens_per_s_per_gpu"].get<double>();
+  const double measured = summary["mean_tokens_per_s_per_gpu"].get<double>();
+  EXPECT_LT(at_host, plan / 2) << "the slow host AdamW is in the prediction";
+  EXPECT_NEAR(at_host / measured, 1.0, 0.35) << "at " << at_host << " measured " << measured;
+  // Without offload there is no host AdamW to measure: no line, no field.
+  ASSERT_EQ(Estimate("-o " + Path("plan.json")).status, 0);
+  CommandResult plain = Run("plain", "--no-learn");
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  EXPECT_EQ(plain.output.find(head), std::string::npos) << plain.output;
+  EXPECT_TRUE(nlohmann::json::parse(std::ifstream(Path("plain") + "/summary.json"))["host_adam_prediction"].is_null());
+}
+
 TEST_F(LearnCliTest, WithTheStoreOffNothingIsRecordedOrRead) {
   ASSERT_EQ(Estimate("-o " + Path("plan.json")).status, 0);
   ::setenv("LLMPLAN_CALIBRATION_DIR", "off", 1);

@@ -7,6 +7,9 @@
 
 #include "planner/cost_model.h"
 #include "planner/hardware_profile.h"
+#include "planner/memory_model.h"
+#include "planner/model_spec.h"
+#include "planner/work_model.h"
 #include "base/user_error.h"
 #include "tests/planner/test_support.h"
 
@@ -148,6 +151,54 @@ TEST(CostModelTest, CollectiveSlowdownDuringComputeIsReadWrittenAndBounded) {
     j["collectives"]["slowdown_during_compute"] = bad;
     EXPECT_THROW(HardwareProfileFromJson(j, "test"), UserError) << bad;
   }
+}
+
+TEST(CostModelTest, AttentionAtAnotherHeadWidthRunsAtItsMeasuredFraction) {
+  HardwareProfile p = testing::Profile("h200-sxm");
+  p.attention_reference_head_dim = 128;
+  p.attention_widths = {{64, 0.8, 0.5}};
+  CostModel cost(p);
+  OpWork w;
+  w.attention_flops = p.attention_forward_flops_per_s * 1e-3;  // 1 ms at the reference width
+  w.attention_head_dim = 128;
+  EXPECT_NEAR(cost.ComputeTermSeconds(w).attention, 1e-3, 1e-15);
+  w.attention_head_dim = 64;
+  EXPECT_NEAR(cost.ComputeTermSeconds(w).attention, 1e-3 / 0.8, 1e-15);
+  w.attention_backward = true;
+  w.attention_flops = p.attention_backward_flops_per_s * 1e-3;
+  EXPECT_NEAR(cost.ComputeTermSeconds(w).attention, 1e-3 / 0.5, 1e-15);
+  // A width the profile did not measure runs at the reference rates.
+  w.attention_head_dim = 96;
+  EXPECT_NEAR(cost.ComputeTermSeconds(w).attention, 1e-3, 1e-15);
+  // Written and read back; an older profile without the list has none.
+  nlohmann::json j = HardwareProfileToJson(p);
+  const HardwareProfile q = HardwareProfileFromJson(j, "test");
+  ASSERT_EQ(q.attention_widths.size(), 1u);
+  EXPECT_EQ(q.attention_reference_head_dim, 128);
+  EXPECT_EQ(q.attention_widths[0].head_dim, 64);
+  EXPECT_DOUBLE_EQ(q.attention_widths[0].backward_fraction, 0.5);
+  j["compute"]["attention"].erase("by_head_dim");
+  EXPECT_TRUE(HardwareProfileFromJson(j, "test").attention_widths.empty());
+  j["compute"]["attention"]["by_head_dim"] = {{{"head_dim", 64}, {"forward_fraction", 0}, {"backward_fraction", 1}}};
+  EXPECT_THROW(HardwareProfileFromJson(j, "test"), UserError);
+  // The planner gives every attention op its heads' width.
+  EXPECT_EQ(BlockForwardWork(ShapeOf(PresetModel("llama3-8b"), 1, 1024, 2, 1024, false, true)).attention_head_dim, 128);
+  ModelSpec narrow = PresetModel("llama3-8b");
+  narrow.heads = 64;  // 4096 / 64: 64-wide heads
+  narrow.head_dim = 64;
+  EXPECT_EQ(BlockForwardWork(ShapeOf(narrow, 1, 1024, 2, 1024, false, true)).attention_head_dim, 64);
+}
+
+TEST(CostModelTest, CopySlowdownDuringCpuAdamIsReadWrittenAndBounded) {
+  nlohmann::json j = HardwareProfileToJson(LoadHardwareProfile("h200-sxm"));
+  EXPECT_EQ(HardwareProfileFromJson(j, "test").copy_slowdown_during_cpu_adam, 0);  // not measured there
+  j["host"]["copy_slowdown_during_cpu_adam"] = 0.25;
+  EXPECT_DOUBLE_EQ(HardwareProfileFromJson(j, "test").copy_slowdown_during_cpu_adam, 0.25);
+  EXPECT_DOUBLE_EQ(
+      HardwareProfileToJson(HardwareProfileFromJson(j, "test"))["host"]["copy_slowdown_during_cpu_adam"].get<double>(),
+      0.25);
+  j["host"]["copy_slowdown_during_cpu_adam"] = -0.5;
+  EXPECT_THROW(HardwareProfileFromJson(j, "test"), UserError);
 }
 
 TEST(CostModelTest, CpuAdamSlowdownDuringCopiesIsReadWrittenAndBounded) {

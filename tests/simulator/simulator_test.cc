@@ -375,6 +375,30 @@ TEST(SimulatorTest, CpuAdamWSlowsExactlyWhileACopyRuns) {
   EXPECT_NEAR(SimulateOn(compute, profile).ops[alone].end, 3.0, kEps);
 }
 
+TEST(SimulatorTest, ACopySlowsExactlyWhileTheCpuAdamWRuns) {
+  // The other half of the pairwise contention: a 1 s copy down beside the
+  // CPU AdamW (3 s alone), copy_slowdown_during_cpu_adam 1: the copy runs at
+  // half speed for all of its work (t = 2); the update, not slowed, ends at 3.
+  HardwareProfile profile = RoundNumberProfile();
+  profile.copy_slowdown_during_cpu_adam = 1.0;
+  HandProgram down;
+  const int d2h = down.Add(OpKind::kCopyGradsToHost, StreamKind::kDeviceToHost, 1.0);
+  const int cpu = down.Add(OpKind::kCpuOptimizerStep, StreamKind::kCpu, 3.0);
+  SimulationResult r = SimulateOn(down, profile);
+  EXPECT_NEAR(r.ops[d2h].end, 2.0, kEps);
+  EXPECT_NEAR(r.ops[cpu].end, 3.0, kEps);
+  // Both ways at once: each at half speed until the copy ends at t = 2, the
+  // update having done 1 s of its 3: t = 4.
+  profile.cpu_adam_slowdown_during_copies = 1.0;
+  r = SimulateOn(down, profile);
+  EXPECT_NEAR(r.ops[d2h].end, 2.0, kEps);
+  EXPECT_NEAR(r.ops[cpu].end, 4.0, kEps);
+  // A copy with no update beside it runs at its rate.
+  HandProgram alone;
+  const int up = alone.Add(OpKind::kCopyParamsToDevice, StreamKind::kHostToDevice, 1.0);
+  EXPECT_NEAR(SimulateOn(alone, profile).ops[up].end, 1.0, kEps);
+}
+
 // Llama-3.2-3B on one H200 with its optimizer offloaded (measured side by
 // side): through the slots each unit's gradient comes down beside
 // the host update of the unit before, staged per unit under the backward.

@@ -100,6 +100,32 @@ double PredictedTokensPerSecondPerGpu(const Plan& plan, const HardwareProfile& p
   return EvaluateProgram(plan, profile, program).tokens_per_second_per_gpu;
 }
 
+// The tokens/s per GPU the program predicts once the host's AdamW is known
+// (TrainConfig::predict_at_host_adam): the profile's CPU AdamW rates scaled
+// until the simulated CPU optimizer ops take the seconds the run measured —
+// the simulation slows them beside the copies, so the scale is found by
+// simulating, a few times over, not by dividing once. Empty without offload.
+std::function<double(double)> HostAdamPrediction(const Plan& plan, const HardwareProfile& profile,
+                                                 const StepProgram& program) {
+  if (profile.bf16_peak_flops <= 0 || !OffloadsOptimizer(plan.offload)) return {};
+  return [plan, profile, program](double measured_s) {
+    HardwareProfile p = profile;
+    Estimate e = EvaluateProgram(plan, p, program);
+    for (int i = 0; i < 3; ++i) {
+      double simulated_s = 0;
+      for (const auto& [stream, seconds] : e.time.stream_busy)
+        if (stream == "cpu") simulated_s = seconds;
+      if (!(simulated_s > 0)) return 0.0;
+      const double scale = simulated_s / measured_s;
+      if (std::abs(scale - 1) < 1e-3) break;
+      p.cpu_adam_alone_params_per_s *= scale;
+      p.cpu_adam_params_per_s *= scale;
+      e = EvaluateProgram(plan, p, program);
+    }
+    return e.tokens_per_second_per_gpu;
+  };
+}
+
 // What the run holds its step time against after the warm-up: the plan's
 // profile refitted on this machine's recorded runs, else the profile itself,
 // and how far it may stray (DisagreementThreshold). Empty when the profile
@@ -320,6 +346,8 @@ void RunCommand(const RunOptions& o) {
   if (rank0) {
     config.predicted_tokens_per_s_per_gpu = PredictedTokensPerSecondPerGpu(config.plan, config.profile, config.program);
     config.check_prediction = PredictionCheck(config.profile);
+    if (!config.plan.OptimizerStateOnNvme())  // there the disk, not the cores, may set the pace
+      config.predict_at_host_adam = HostAdamPrediction(config.plan, config.profile, config.program);
   }
   config.read_kernel_trace = WriteKernelProfile;
   const executor::RunSummary summary = executor::TrainOnTokenFile(config, o.data_path);

@@ -15,7 +15,15 @@
 # ($OUT/accuracy.results.jsonl). `llmplan compare` and `llmplan calibrate` read
 # the run directories back on any machine. LLMPLAN_ACCURACY_DEADLINE (seconds since
 # the epoch) skips the rows that would start after it, so a device call that
-# has a time limit still packs what ran.
+# has a time limit still packs what ran. One-GPU rows are planned on the
+# h200-sxm-1gpu profile, the others on h200-sxm.
+#
+# The calibration store (feedback/calibration_store.h), tested as a user meets
+# it: with LLMPLAN_ACCURACY_STORE=DIR, the rows named in
+# LLMPLAN_ACCURACY_STORE_ROWS record into DIR as they finish (every other row
+# runs with the store off), and after the last row every suite row not
+# recorded is estimated again with the store on: $OUT/calibrated.jsonl, one
+# {"row", "step_s", "calibration"} line each, to hold against the measured runs.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 suite="$root/tools/device/accuracy/suite.txt"
@@ -49,15 +57,24 @@ fi
 
 # One row: plan it (every choice pinned), then train it on the GPUs given
 # (empty: all). Prints one line; returns non-zero when either step failed.
-run_row() {
-  local name="$1" gpus="$2" model="$3" seq="$4" mb="$5" ga="$6" ckpt="$7" strategy="$8" offload="$9" visible="${10}"
+# The row's plan, every choice pinned: estimate_row PLAN_JSON ROW... (the
+# estimate's JSON on stdout).
+estimate_row() {
+  local plan_out="$1" name="$2" gpus="$3" model="$4" seq="$5" mb="$6" ga="$7" ckpt="$8" strategy="$9" offload="${10}"
   [ -d "$root/tools/device/accuracy/$model" ] && model="$root/tools/device/accuracy/$model/config.json"
+  local profile=h200-sxm
+  [ "$gpus" -eq 1 ] && profile=h200-sxm-1gpu
+  "$llmplan" estimate --model "$model" --gpus "$gpus" --gpu "$profile" --seq "$seq" --micro-batch "$mb" \
+    --grad-accum "$ga" --global-batch $((mb * ga * gpus)) --checkpoint-layers "$ckpt" --strategy "$strategy" \
+    --offload "$offload" --loss-chunk 1024 --host-memory 240 --json -o "$plan_out"
+}
+
+run_row() {
+  local name="$1" gpus="$2" visible="${10}"
   local dir="$runs/$name"
   rm -rf "$dir"
   mkdir -p "$dir.plan"
-  if ! "$llmplan" estimate --model "$model" --gpus "$gpus" --gpu h200-sxm --seq "$seq" --micro-batch "$mb" \
-      --grad-accum "$ga" --global-batch $((mb * ga * gpus)) --checkpoint-layers "$ckpt" --strategy "$strategy" \
-      --offload "$offload" --loss-chunk 1024 --host-memory 240 --json -o "$dir.plan/plan.json" >"$dir.plan/estimate.json" 2>"$dir.plan/estimate.err"; then
+  if ! estimate_row "$dir.plan/plan.json" "${@:1:9}" >"$dir.plan/estimate.json" 2>"$dir.plan/estimate.err"; then
     echo "$name: no plan: $(head -c 300 "$dir.plan/estimate.err")"
     return 1
   fi
@@ -69,7 +86,10 @@ run_row() {
   fi
   local start rc
   start=$(date +%s)
-  env ${visible:+CUDA_VISIBLE_DEVICES=$visible} LLMPLAN_COLLECTIVE_TIMEOUT_S=120 timeout 300 "$llmplan" run \
+  local store=off
+  [ -n "${LLMPLAN_ACCURACY_STORE:-}" ] && [[ " ${LLMPLAN_ACCURACY_STORE_ROWS:-} " == *" $name "* ]] &&
+    store="$LLMPLAN_ACCURACY_STORE"
+  env ${visible:+CUDA_VISIBLE_DEVICES=$visible} LLMPLAN_CALIBRATION_DIR="$store" LLMPLAN_COLLECTIVE_TIMEOUT_S=120 timeout 300 "$llmplan" run \
     --plan "$dir.plan/plan.json" --data "$tokens" --steps "$steps" --no-final-weights --out "$dir" >"$dir.log" 2>&1
   rc=$?
   cp "$dir.plan/estimate.json" "$dir/" 2>/dev/null
@@ -127,6 +147,22 @@ for row in "${alone[@]}"; do
   run_row $row "$([ "$gpus" -eq 1 ] && [ -z "$plans_only" ] && echo 0)" || failed=1
 done
 [ -n "$plans_only" ] && exit $failed
+
+if [ -n "${LLMPLAN_ACCURACY_STORE:-}" ]; then
+  calibrated="${OUT:-$out}/calibrated.jsonl"
+  : >"$calibrated"
+  while read -r name rest; do
+    case "$name" in ''|'#'*) continue ;; esac
+    [[ " ${LLMPLAN_ACCURACY_STORE_ROWS:-} " == *" $name "* ]] && continue
+    [ "${rest%% *}" -eq "$gpu_count" ] || continue  # the machine's own GPU count: the store is this machine's
+    # shellcheck disable=SC2086
+    LLMPLAN_CALIBRATION_DIR="$LLMPLAN_ACCURACY_STORE" estimate_row "$out/calibrated.plan.json" "$name" $rest \
+      >"$out/calibrated.estimate.json" 2>/dev/null &&
+      python3 -c 'import json, sys; e = json.load(open(sys.argv[2])); print(json.dumps({"row": sys.argv[1], "step_s": e["time"]["step_s"], "calibration": e.get("calibration")}))' \
+        "$name" "$out/calibrated.estimate.json" >>"$calibrated"
+  done < "$suite"
+  echo "accuracy: $(wc -l <"$calibrated") estimates calibrated on the store in $calibrated"
+fi
 
 python3 - "$runs" <<'EOF'
 import json, os, sys
