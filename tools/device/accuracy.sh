@@ -16,7 +16,8 @@
 # the run directories back on any machine. LLMPLAN_ACCURACY_DEADLINE (seconds since
 # the epoch) skips the rows that would start after it, so a device call that
 # has a time limit still packs what ran. One-GPU rows are planned on the
-# h200-sxm-1gpu profile, the others on h200-sxm.
+# h200-sxm-1gpu profile, the others on h200-sxm. LLMPLAN_ACCURACY_RUN_ARGS go to
+# every `llmplan run` (e.g. "--kernel-trace 4": that step is traced, not timed).
 #
 # The calibration store (feedback/calibration_store.h), tested as a user meets
 # it: with LLMPLAN_ACCURACY_STORE=DIR, the rows named in
@@ -90,7 +91,8 @@ run_row() {
   [ -n "${LLMPLAN_ACCURACY_STORE:-}" ] && [[ " ${LLMPLAN_ACCURACY_STORE_ROWS:-} " == *" $name "* ]] &&
     store="$LLMPLAN_ACCURACY_STORE"
   env ${visible:+CUDA_VISIBLE_DEVICES=$visible} LLMPLAN_CALIBRATION_DIR="$store" LLMPLAN_COLLECTIVE_TIMEOUT_S=120 timeout 300 "$llmplan" run \
-    --plan "$dir.plan/plan.json" --data "$tokens" --steps "$steps" --no-final-weights --out "$dir" >"$dir.log" 2>&1
+    --plan "$dir.plan/plan.json" --data "$tokens" --steps "$steps" --no-final-weights --out "$dir" \
+    ${LLMPLAN_ACCURACY_RUN_ARGS:-} >"$dir.log" 2>&1
   rc=$?
   cp "$dir.plan/estimate.json" "$dir/" 2>/dev/null
   mv "$dir.log" "$dir/run.log" 2>/dev/null
