@@ -259,7 +259,8 @@ int ForgetStore(const std::string& store, const std::string& hardware) {
 // ---------------------------------------------------------------------------
 // The fit
 
-StoreFit FitStore(const std::string& store, const HardwareProfile& start, const MachineIdentity& here) {
+StoreFit FitStore(const std::string& store, const HardwareProfile& start, const MachineIdentity& here,
+                  size_t most_entries) {
   StoreFit fit;
   fit.hardware = ProfileHardwareName(start.name);
   std::vector<std::string> unreadable;
@@ -279,6 +280,11 @@ StoreFit FitStore(const std::string& store, const HardwareProfile& start, const 
   std::vector<std::string> setup_notes;
   for (const auto& [why, count] : ignored)
     setup_notes.push_back("ignored " + std::to_string(count) + " run(s) recorded on another setup: " + why);
+  if (most_entries > 0 && entries.size() > most_entries) {  // ListStore: oldest first
+    setup_notes.push_back("fitted the newest " + std::to_string(most_entries) + " of " +
+                          std::to_string(entries.size()) + " runs recorded (calibrate --forget clears the store)");
+    entries.erase(entries.begin(), entries.end() - static_cast<std::ptrdiff_t>(most_entries));
+  }
   fit.notes = setup_notes;
   if (entries.empty()) return fit;
 

@@ -99,8 +99,13 @@ struct StoreFit {
 // run the fit misses by more than max(3 robust deviations, 8%) from the
 // median miss, the one the others predict worst first) and named, not
 // averaged in. The result is cached in STORE/HARDWARE/fit.json and reused
-// while the entries, the start profile and `here` are unchanged.
-StoreFit FitStore(const std::string& store, const HardwareProfile& start, const MachineIdentity& here);
+// while the entries, the start profile and `here` are unchanged. Only the
+// newest `most_entries` entries are fitted (a note says how many were left
+// out): the held-out error refits once per entry, so a fit's cost grows with
+// the square of the entries, and a machine's newest runs say most about it.
+constexpr size_t kFittedEntries = 24;
+StoreFit FitStore(const std::string& store, const HardwareProfile& start, const MachineIdentity& here,
+                  size_t most_entries = kFittedEntries);
 
 // How far a run may stray from the fit's prediction before it is news: the
 // fit's spread, at least 3%; 5% when there is no spread (no fit, or a fit of

@@ -142,7 +142,7 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
   if (!progress_) return;
   char vs_plan[96] = "";
   if (m.predicted_tokens_per_s_per_gpu > 0 && m.predicted_at_host_adam_tokens_per_s_per_gpu > 0)
-    std::snprintf(vs_plan, sizeof vs_plan, " (%.0f%% of plan, %.0f%% at step 1's host AdamW)",
+    std::snprintf(vs_plan, sizeof vs_plan, " (%.0f%% of plan, %.0f%% at its host AdamW)",
                   100.0 * m.tokens_per_s_per_gpu / m.predicted_tokens_per_s_per_gpu,
                   100.0 * m.tokens_per_s_per_gpu / m.predicted_at_host_adam_tokens_per_s_per_gpu);
   else if (m.predicted_tokens_per_s_per_gpu > 0)

@@ -69,7 +69,7 @@ struct StepMetrics {
   int64_t host_anon_rss_bytes = 0;  // this rank's anonymous resident host memory after the step (heap, pinned)
   int64_t pinned_host_bytes = 0;  // of which pinned by offload and staging buffers
   double predicted_tokens_per_s_per_gpu = 0;  // the plan's simulated step on its profile (0: none)
-  // The same at the host AdamW rate the run's first step measured
+  // The same at the host AdamW rate the run measured in its first update
   // (TrainConfig::predict_at_host_adam; 0: no offload, or not yet known).
   double predicted_at_host_adam_tokens_per_s_per_gpu = 0;
   CostSnapshot cost;                          // spent so far and projected to the target (run_cost.h)
@@ -113,7 +113,7 @@ struct RunSummary {
   // Where the step time strayed from the prediction after the warm-up
   // (TrainConfig::check_prediction): null when it did not, or was not checked.
   nlohmann::json prediction_disagreement;
-  // The first step's host AdamW and what it implies (TrainConfig::
+  // The first update's host AdamW and what it implies (TrainConfig::
   // predict_at_host_adam): null when the run offloads no optimizer.
   nlohmann::json host_adam_prediction;
   // Rank 0's resident host memory that kept growing (host_memory_watch.h):

@@ -133,7 +133,7 @@ void RunReport::Step(const StepResult& r, const StepTiming& timing, int64_t step
   m.host_anon_rss_bytes = ProcessAnonRssBytes();
   m.pinned_host_bytes = PinnedHostBytes();
   m.predicted_tokens_per_s_per_gpu = summary_.predicted_tokens_per_s_per_gpu;
-  PredictAtHostAdam(measured, m.step);
+  if (!r.update_skipped) PredictAtHostAdam(measured, m.step);
   m.predicted_at_host_adam_tokens_per_s_per_gpu = at_host_adam_tokens_per_s_per_gpu_;
   m.cost = cost_.StepDone(steps_taken, SecondsSince(run_start_), timing.step_s);
   summary_.losses.push_back(r.loss);  // the step is done even if its line cannot be written
@@ -197,8 +197,10 @@ void RunReport::CheckPrediction(int64_t steps_taken) {
 }
 
 void RunReport::PredictAtHostAdam(const StepMeasurement& measured, int64_t step) {
+  // The first step whose update ran: a step applies the one before's update
+  // (StepInterpreter), so a run's first applies none. Three tries at most.
   if (host_adam_predicted_ || !rank_.rank0 || !config_.predict_at_host_adam) return;
-  host_adam_predicted_ = true;
+  host_adam_predicted_ = ++host_adam_tries_ >= 3;
   double seconds = 0, params = 0;
   for (const StepOp& op : config_.program.ops) {
     if (op.kind != OpKind::kCpuOptimizerStep || op.id >= static_cast<int>(measured.ops.size())) continue;
@@ -214,7 +216,8 @@ void RunReport::PredictAtHostAdam(const StepMeasurement& measured, int64_t step)
   } catch (const std::exception&) {
     return;  // a prediction that cannot be made is no reason to stop training
   }
-  if (!(predicted > 0)) return;
+  if (!(predicted > 0)) return;  // the update did no work here (TrainConfig::predict_at_host_adam)
+  host_adam_predicted_ = true;
   at_host_adam_tokens_per_s_per_gpu_ = predicted;
   summary_.host_adam_prediction = {{"step", step},
                                    {"cpu_adam_seconds", seconds},

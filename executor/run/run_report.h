@@ -61,7 +61,7 @@ class RunReport {
   void CompleteSummary(const std::string& last_checkpoint, int64_t checkpoint_staging_bytes);
   // TrainConfig::check_prediction, once, when this process has run enough steps.
   void CheckPrediction(int64_t steps_taken);
-  // TrainConfig::predict_at_host_adam, once, from the first step's CPU AdamW ops.
+  // TrainConfig::predict_at_host_adam, once, from the CPU AdamW ops of the first step that updated.
   void PredictAtHostAdam(const StepMeasurement& measured, int64_t step);
   void RecordPeak(const StepMeasurement& measured, int64_t step);
 
@@ -83,6 +83,7 @@ class RunReport {
   bool own_peak_writable_;
   bool prediction_checked_ = false;
   bool host_adam_predicted_ = false;
+  int host_adam_tries_ = 0;
   double at_host_adam_tokens_per_s_per_gpu_ = 0;  // 0: not predicted
 };
 

@@ -50,10 +50,13 @@ struct TrainConfig {
   std::function<nlohmann::json(const std::string& run_dir)> check_prediction;
   // Optimizer offload: the host's AdamW varies from machine to machine and
   // day to day (one H200 host: 21% between two days), more than anything the
-  // profile measured. Given the seconds the first step's CPU AdamW ops took,
-  // the tokens/s per GPU the program predicts at that host rate (0: none).
-  // Rank 0 calls it once, after its first step; the progress lines then hold
-  // each step against it too. May be empty; its exceptions are ignored.
+  // profile measured. Given the seconds a step's CPU AdamW ops took, the
+  // tokens/s per GPU the program predicts at that host rate; 0 when those
+  // seconds are too few for an update that did its work (a step applies the
+  // update of the step before it: a run's first step applies none). Rank 0 calls it after each of its first
+  // steps whose update was not skipped, until it predicts (three at most);
+  // the progress lines then hold each step against it too. May be empty;
+  // its exceptions are ignored.
   std::function<double(double cpu_adam_seconds)> predict_at_host_adam;
   int64_t steps = 0;            // train until this many optimizer steps were taken (a resumed run counts its earlier ones)
   std::string run_dir;          // metrics.jsonl, summary.json, ...; empty: write nothing

@@ -137,6 +137,23 @@ TEST_F(CalibrationStoreTest, TheFitPredictsARunItDidNotSee) {
   EXPECT_LT(std::abs(calibrated - truth) / truth, 0.03) << calibrated << " vs " << truth;
 }
 
+TEST_F(CalibrationStoreTest, OnlyTheNewestEntriesAreFittedAndTheNoteSaysHowMany) {
+  RecordTheTruth();  // four runs, oldest first
+  const StoreFit three = FitStore(store(), Profile("h200-sxm"), Here(), 3);
+  ASSERT_TRUE(three.profile.has_value());
+  ASSERT_EQ(three.used.size(), 3u);
+  const std::vector<StoreEntry> listed = ListStore(store());  // oldest first
+  ASSERT_EQ(listed.size(), 4u);
+  for (const std::string& used : three.used)
+    EXPECT_NE(fs::path(used).filename(), fs::path(listed[0].dir).filename()) << "the oldest is left out: " << used;
+  bool noted = false;
+  for (const std::string& note : three.notes) noted |= note.find("fitted the newest 3 of 4 runs") != std::string::npos;
+  EXPECT_TRUE(noted);
+  const StoreFit all = FitStore(store(), Profile("h200-sxm"), Here());
+  EXPECT_EQ(all.used.size(), 4u);
+  for (const std::string& note : all.notes) EXPECT_EQ(note.find("fitted the newest"), std::string::npos) << note;
+}
+
 TEST_F(CalibrationStoreTest, AnOddRunIsReportedAndDoesNotMoveTheFit) {
   RecordTheTruth();
   const StoreFit before = FitStore(store(), Profile("h200-sxm"), Here());

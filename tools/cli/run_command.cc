@@ -104,7 +104,9 @@ double PredictedTokensPerSecondPerGpu(const Plan& plan, const HardwareProfile& p
 // (TrainConfig::predict_at_host_adam): the profile's CPU AdamW rates scaled
 // until the simulated CPU optimizer ops take the seconds the run measured —
 // the simulation slows them beside the copies, so the scale is found by
-// simulating, a few times over, not by dividing once. Empty without offload.
+// simulating, a few times over, not by dividing once. Seconds under a
+// twentieth of the simulated ones are a step whose update did no work (a
+// run's first, which has no earlier step's update to apply): 0. Empty without offload.
 std::function<double(double)> HostAdamPrediction(const Plan& plan, const HardwareProfile& profile,
                                                  const StepProgram& program) {
   if (profile.bf16_peak_flops <= 0 || !OffloadsOptimizer(plan.offload)) return {};
@@ -115,7 +117,7 @@ std::function<double(double)> HostAdamPrediction(const Plan& plan, const Hardwar
       double simulated_s = 0;
       for (const auto& [stream, seconds] : e.time.stream_busy)
         if (stream == "cpu") simulated_s = seconds;
-      if (!(simulated_s > 0)) return 0.0;
+      if (!(simulated_s > 0) || (i == 0 && measured_s < simulated_s / 20)) return 0.0;
       const double scale = simulated_s / measured_s;
       if (std::abs(scale - 1) < 1e-3) break;
       p.cpu_adam_alone_params_per_s *= scale;
