@@ -46,7 +46,7 @@ llmplan="$build/tools/llmplan"
 # archive goes to $OUT (the device tool returns a handful of files).
 out="${plans_only:-$build/accuracy}"
 runs="$out/runs"
-mkdir -p "$runs"
+mkdir -p "$runs" "${OUT:-$out}"
 
 # Token content does not change step time: the repository's sources, byte-level.
 tokens="$out/tokens.bin"
