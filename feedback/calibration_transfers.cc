@@ -34,8 +34,10 @@ CollectiveCurve& CurveOf(HardwareProfile& p, bool spans_nodes, CollectiveOp op) 
 // cast, priced as compute; a collective in a group of one takes no time.)
 bool IsCollective(const StepOp& op, CollectiveOp kind) {
   const bool on_collective_stream = op.stream == StreamKind::kGather || op.stream == StreamKind::kReduce;
+  // A group across GPU islands is paced by the link between them, not by the
+  // curve (HardwareProfile::CollectiveSeconds): it says nothing about the curve.
   return on_collective_stream && !CostModel::PricedAsCompute(op) && op.work.group_size > 1 &&
-         op.work.collective == kind;
+         op.work.collective == kind && !op.work.spans_islands;
 }
 
 // Measured ops of one class: y seconds each, and `work` units of what the

@@ -42,13 +42,13 @@ double CostModel::Seconds(const StepOp& op) const {
     case OpKind::kAllGather:
       // Plan::cast_at_gather: the cast of the fp32 master shard runs on the
       // gather's stream just ahead of the collective that sends it.
-      return profile_.CollectiveSeconds(w.collective, w.collective_bytes, w.group_size, w.spans_nodes) +
+      return profile_.CollectiveSeconds(w.collective, w.collective_bytes, w.group_size, w.spans_nodes, w.spans_islands) +
              (w.elementwise_bytes > 0 ? ComputeSeconds(w) : 0.0);
     case OpKind::kReduceScatter:
     case OpKind::kAllReduce:
     case OpKind::kAllReduceGradNorm:
     case OpKind::kAllReduceLoss:
-      return profile_.CollectiveSeconds(w.collective, w.collective_bytes, w.group_size, w.spans_nodes);
+      return profile_.CollectiveSeconds(w.collective, w.collective_bytes, w.group_size, w.spans_nodes, w.spans_islands);
     case OpKind::kCopyParamsToDevice:
     case OpKind::kCopyParamsForGather:
     case OpKind::kCopyMasterToDevice: return w.copy_bytes / profile_.host_to_device_bytes_per_s;

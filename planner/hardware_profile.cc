@@ -59,8 +59,28 @@ double BusBandwidth(const CollectiveCurve& c, CollectiveOp op, double bytes) {
 
 }  // namespace
 
-double HardwareProfile::CollectiveSeconds(CollectiveOp op, double bytes, int group_size, bool spans_nodes) const {
+bool HardwareProfile::SpansIslands(const std::vector<int>& local) const {
+  if (islands.empty() || local.empty()) return false;
+  auto island_of = [&](int gpu) {
+    for (size_t i = 0; i < islands.size(); ++i)
+      if (std::find(islands[i].begin(), islands[i].end(), gpu) != islands[i].end()) return static_cast<int>(i);
+    return -1;
+  };
+  const int first = island_of(local.front());
+  for (int gpu : local)
+    if (island_of(gpu) != first) return true;
+  return false;
+}
+
+double HardwareProfile::CollectiveSeconds(CollectiveOp op, double bytes, int group_size, bool spans_nodes,
+                                          bool spans_islands) const {
   if (group_size <= 1 || bytes <= 0) return 0.0;
+  if (spans_islands && !spans_nodes && cross_island_bytes_per_s > 0) {
+    // A ring over both islands passes each byte of its traffic through the
+    // slow link once per direction it is laid: the link, not NVLink, paces it.
+    const double across = bytes * RingTrafficFactor(op, group_size) / cross_island_bytes_per_s;
+    return std::max(across, CollectiveSeconds(op, bytes, group_size, false, false));
+  }
   const CollectiveCurve& c = (spans_nodes ? inter_node : intra_node).For(op);
   // Small messages are latency bound: the smallest measured point's time is the
   // floor at the measured group size; each extra hop adds hop latency.
@@ -108,6 +128,22 @@ void HardwareProfile::Validate() const {
   if (AllocatorCapacityBytes() <= 0)
     throw UserError("profile " + name + ": cuda_context_bytes leaves no usable device memory");
   if (gpus_per_node < 1) throw UserError("profile " + name + ": topology.gpus_per_node must be at least 1");
+  if (!islands.empty()) {
+    std::vector<int> seen(static_cast<size_t>(gpus_per_node), 0);
+    for (const auto& island : islands)
+      for (int gpu : island) {
+        if (gpu < 0 || gpu >= gpus_per_node || seen[static_cast<size_t>(gpu)]++)
+          throw UserError("profile " + name + ": topology.islands must name each of the node's " +
+                          std::to_string(gpus_per_node) + " GPUs (0 to " + std::to_string(gpus_per_node - 1) +
+                          ") exactly once");
+      }
+    if (std::find(seen.begin(), seen.end(), 0) != seen.end())
+      throw UserError("profile " + name + ": topology.islands must name each of the node's " +
+                      std::to_string(gpus_per_node) + " GPUs exactly once");
+    if (islands.size() > 1 && !(cross_island_bytes_per_s > 0))
+      throw UserError("profile " + name + ": topology.cross_island_bytes_per_s must be a positive number with "
+                      "more than one island");
+  }
 }
 
 namespace {
@@ -221,6 +257,20 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
 
   JsonObject topo = root.Object("topology");
   p.gpus_per_node = static_cast<int>(topo.Integer("gpus_per_node", 1, 1024));
+  if (topo.Has("islands")) {
+    const nlohmann::json& islands = topo.Raw("islands");
+    if (!islands.is_array()) topo.Fail("islands", "must be a list of lists of local GPU indices");
+    for (const nlohmann::json& island : islands) {
+      if (!island.is_array() || island.empty()) topo.Fail("islands", "must be a list of non-empty lists of local GPU indices");
+      std::vector<int> gpus;
+      for (const nlohmann::json& gpu : island) {
+        if (!gpu.is_number_integer()) topo.Fail("islands", "must hold GPU indices (integers)");
+        gpus.push_back(gpu.get<int>());
+      }
+      p.islands.push_back(gpus);
+    }
+  }
+  p.cross_island_bytes_per_s = topo.NumberIn("cross_island_bytes_per_s", 0, kMaxRate, 0);
 
   JsonObject coll = root.Object("collectives");
   p.intra_node = ParseLink(coll, "intra_node");
@@ -233,6 +283,15 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
 
 
 namespace {
+
+nlohmann::json TopologyJson(const HardwareProfile& p) {
+  nlohmann::json j = {{"gpus_per_node", p.gpus_per_node}};
+  if (!p.islands.empty()) {
+    j["islands"] = p.islands;
+    j["cross_island_bytes_per_s"] = p.cross_island_bytes_per_s;
+  }
+  return j;
+}
 
 nlohmann::json AttentionJson(const HardwareProfile& p) {
   nlohmann::json j = {{"forward_flops_per_s", p.attention_forward_flops_per_s},
@@ -284,7 +343,7 @@ nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
             {"step_overhead_s", p.step_overhead_s},
             {"nvme_read_bytes_per_s", p.nvme_read_bytes_per_s},
             {"nvme_write_bytes_per_s", p.nvme_write_bytes_per_s}}},
-          {"topology", {{"gpus_per_node", p.gpus_per_node}}},
+          {"topology", TopologyJson(p)},
           {"collectives",
            {{"intra_node", LinkToJson(p.intra_node)},
             {"inter_node", LinkToJson(p.inter_node)},

@@ -134,7 +134,18 @@ struct HardwareProfile {
   double step_overhead_s = 0;
 
   // --- topology ---
-  int gpus_per_node = 8;  // one NVLink domain per node
+  int gpus_per_node = 8;
+  // The node's GPUs that share a fast link (NVLink), by local index: a box
+  // of two 4-GPU NVLink islands joined through PCIe or across CPU sockets is
+  // {{0,1,2,3},{4,5,6,7}}. Empty: the whole node is one island (the
+  // intra-node curves hold for any group in it). llmplan profile and doctor
+  // find them from each pair's peer access and measured copy bandwidth.
+  std::vector<std::vector<int>> islands;
+  // The slowest measured pair bandwidth between GPUs of different islands
+  // (bytes/s, one direction): what a ring through that link moves at most.
+  double cross_island_bytes_per_s = 0;
+  // Whether the local GPUs `local` (indices within a node) reach beyond one island.
+  bool SpansIslands(const std::vector<int>& local) const;
   LinkCollectives intra_node;
   LinkCollectives inter_node;
 
@@ -143,7 +154,10 @@ struct HardwareProfile {
   // Seconds for `op` over a buffer of `bytes` (the full, unsharded size)
   // among `group_size` ranks. `spans_nodes` picks the inter-node curve.
   // REQUIRES: group_size >= 1. Returns 0 when group_size == 1.
-  double CollectiveSeconds(CollectiveOp op, double bytes, int group_size, bool spans_nodes) const;
+  // `spans_islands` (within a node): the ring also crosses the link between
+  // islands, and takes at least its traffic over cross_island_bytes_per_s.
+  double CollectiveSeconds(CollectiveOp op, double bytes, int group_size, bool spans_nodes,
+                           bool spans_islands = false) const;
 
   // Achieved FLOP/s of a bf16 GEMM of shape m x n x k.
   double GemmFlopsPerSecond(double m, double n, double k) const;

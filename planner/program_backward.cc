@@ -170,6 +170,7 @@ void ProgramBuilder::ReduceScatter(int u, int mb, int bwd, bool last_mb) {
   rs.work.collective_bytes = ReduceBytes() * PaddedParams(u);
   rs.work.group_size = ShardGroup(u);
   rs.work.spans_nodes = GroupSpansNodes(ShardGroup(u));
+  rs.work.spans_islands = GroupSpansIslands(ShardGroup(u));
   const int shard =
       tensors_.Alloc(MemoryCategory::kGradBuffers, ReduceBytes() * PaddedParams(u) / ShardGroup(u), rs.alloc_at_start);
   const int id = Add(std::move(rs));
@@ -214,6 +215,7 @@ void ProgramBuilder::AfterReduction(int u, int reduced, bool last_mb) {
     ar.work.collective_bytes = 4 * PaddedParams(u) / ShardGroup(u);
     ar.work.group_size = Replicas(u);
     ar.work.spans_nodes = plan_.gpus > plan_.gpus_per_node;
+    ar.work.spans_islands = GroupSpansIslands(Replicas(u), ShardGroup(u));
     reduced = Add(std::move(ar));
   }
   if (!last_mb) return;

@@ -224,6 +224,15 @@ void ProgramBuilder::CallMemoryModel(MemoryCall call, std::span<const int> input
   tensors_.Stamp(t, inputs, events, result);
 }
 
+bool ProgramBuilder::GroupSpansIslands(int count, int stride) const {
+  // The profile's islands describe its own node; a plan for nodes of another
+  // size is priced by the curves alone.
+  if (profile_.islands.empty() || plan_.gpus_per_node != profile_.gpus_per_node) return false;
+  std::vector<int> local;
+  for (int k = 0; k < count && k * stride < plan_.gpus_per_node; ++k) local.push_back(k * stride);
+  return profile_.SpansIslands(local);
+}
+
 bool ProgramBuilder::AdamWReadsComputeGrad() const {
   return OptimizerReadsComputeGradient(plan_, profile_.device_kind != "cpu");
 }

@@ -132,6 +132,9 @@ class ProgramBuilder {
   double PaddedParams(int u) const { return static_cast<double>(UnitAt(u).padded_params); }
   double ShardParams(int u) const { return PaddedParams(u) / ShardGroup(u); }  // this rank's elements of unit u
   bool GroupSpansNodes(int group) const { return group > plan_.gpus_per_node; }
+  // Whether ranks 0, stride, 2 stride, ... (`count` of them; rank 0's group)
+  // cross from one GPU island of the node to another (HardwareProfile::islands).
+  bool GroupSpansIslands(int count, int stride = 1) const;
   double ReduceBytes() const { return DTypeBytes(plan_.reduce_dtype); }
   double ParamBytes() const { return DTypeBytes(plan_.param_dtype); }
   // gradient_path.h: AdamW reads each unit's compute-dtype gradient; no fp32 one.

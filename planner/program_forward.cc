@@ -87,6 +87,7 @@ int ProgramBuilder::Gather(int u, int mb, bool backward) {
   op.work.collective_bytes = bytes;
   op.work.group_size = group;
   op.work.spans_nodes = GroupSpansNodes(group);
+  op.work.spans_islands = GroupSpansIslands(group);
   // On one GPU the "gather" is the fp32 -> bf16 cast of the master shard (a
   // copy of the compute-dtype shard when it streamed in from the host). The
   // cast runs on the compute stream (StepInterpreter: FlatUnit::GatherLocal

@@ -20,6 +20,7 @@ int ProgramBuilder::ClipGradients() {
     ar.work.collective_bytes = 4;
     ar.work.group_size = PlanShardGroup();
     ar.work.spans_nodes = GroupSpansNodes(PlanShardGroup());
+    ar.work.spans_islands = GroupSpansIslands(PlanShardGroup());
     last = Add(std::move(ar));
   }
   StepOp clip;
@@ -136,6 +137,7 @@ void ProgramBuilder::LossAllReduce(int loss) {
   op.work.collective_bytes = 4;
   op.work.group_size = plan_.gpus;
   op.work.spans_nodes = plan_.gpus > plan_.gpus_per_node;
+  op.work.spans_islands = GroupSpansIslands(plan_.gpus);
   Add(std::move(op));
 }
 

@@ -127,6 +127,7 @@ struct OpWork {
   double collective_bytes = 0;  // full (unsharded) buffer bytes
   int group_size = 1;
   bool spans_nodes = false;
+  bool spans_islands = false;  // within a node, the group crosses from one GPU island to another
   // Host <-> device copies and CPU work
   double copy_bytes = 0;
   double cpu_adam_params = 0;

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "base/format.h"  // FormatBytes
+#include "executor/doctor/gpu_islands.h"
 
 namespace llmplan::executor {
 
@@ -88,6 +89,34 @@ Finding LinkFinding(const PeerLink& link) {
               data);
 }
 
+// "0-3" for a run of consecutive GPUs, else "0,2,4".
+std::string IslandName(const std::vector<int>& gpus) {
+  const bool run = gpus.back() - gpus.front() + 1 == static_cast<int>(gpus.size());
+  if (run && gpus.size() > 1) return std::to_string(gpus.front()) + "-" + std::to_string(gpus.back());
+  std::string name;
+  for (int g : gpus) name += (name.empty() ? "" : ",") + std::to_string(g);
+  return name;
+}
+
+Finding IslandsFinding(int gpus, const std::vector<PeerLink>& links) {
+  const GpuIslands found = FindGpuIslands(gpus, links);
+  nlohmann::json data = {{"islands", found.islands}, {"cross_island_bytes_per_s", found.cross_island_bytes_per_s}};
+  if (found.islands.size() <= 1)
+    return Make("islands", Verdict::kOk, "one island: every pair of the " + std::to_string(gpus) + " GPUs is alike", data);
+  std::string names;
+  size_t smallest = found.islands.front().size();
+  for (const auto& island : found.islands) {
+    names += (names.empty() ? "" : ", ") + ("{" + IslandName(island) + "}");
+    smallest = std::min(smallest, island.size());
+  }
+  return Make("islands", Verdict::kWarning,
+              std::to_string(found.islands.size()) + " GPU islands " + names + ", joined at " +
+                  GBps(found.cross_island_bytes_per_s) + ": a shard group across them runs at that link's pace; keep "
+                  "groups inside one (hybrid_shard with groups of " + std::to_string(smallest) +
+                  "), and profile this machine (llmplan profile records the islands for the planner)",
+              data);
+}
+
 Finding AllReduceFinding(const HealthAllReduce& r, const std::vector<PeerLink>& links) {
   nlohmann::json data = {{"gpus", r.gpus},          {"bytes", r.bytes},
                          {"sums_correct", r.sums_correct}, {"seconds", r.seconds},
@@ -136,6 +165,8 @@ std::vector<Finding> JudgeGpus(const GpuSurvey& survey) {
   findings.push_back(DriverFinding(survey.machine));
   findings.push_back(NcclFinding(survey.machine));
   for (const PeerLink& link : survey.links) findings.push_back(LinkFinding(link));
+  if (!survey.links.empty())
+    findings.push_back(IslandsFinding(static_cast<int>(survey.machine.devices.size()), survey.links));
   if (survey.all_reduce) findings.push_back(AllReduceFinding(*survey.all_reduce, survey.links));
   return findings;
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "executor/doctor/gpu_islands.h"
 #include "executor/profile/gemm_fit.h"
 #include "base/format.h"  // FormatBytes
 
@@ -393,6 +394,30 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
         {"slowdown_during_cpu_adam", p.copy_slowdown_during_cpu_adam}};
   } else {
     kept.push_back("host.copy_slowdown_during_cpu_adam");
+  }
+
+  // --- GPU islands (2+ GPUs): the profile's own node only ---
+  if (!m.peer_links.empty()) {
+    const int gpus = m.machine.gpus;
+    const GpuIslands found = FindGpuIslands(gpus, m.peer_links);
+    nlohmann::json links = nlohmann::json::array();
+    for (const PeerLink& l : m.peer_links)
+      links.push_back({{"a", l.a}, {"b", l.b}, {"peer_access", l.peer_access}, {"bytes_per_s", l.BytesPerSecond()},
+                       {"error", l.error}});
+    j["islands"] = {{"how", "cudaMemcpyPeerAsync of 64 MiB each way per pair; a pair with peer access and at least half "
+                            "the fastest pair's rate shares an island"},
+                    {"links", links},
+                    {"islands", found.islands},
+                    {"cross_island_bytes_per_s", found.cross_island_bytes_per_s}};
+    p.islands.clear();
+    p.cross_island_bytes_per_s = 0;
+    if (found.islands.size() > 1 && gpus == p.gpus_per_node) {
+      p.islands = found.islands;
+      p.cross_island_bytes_per_s = found.cross_island_bytes_per_s;
+    } else if (found.islands.size() > 1) {
+      j["islands"]["not_recorded"] = "measured " + std::to_string(gpus) + " GPUs; the profile's nodes have " +
+                                     std::to_string(p.gpus_per_node);
+    }
   }
 
   // --- the local SSD (NVMe offload) ---

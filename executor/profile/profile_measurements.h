@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "executor/doctor/peer_links.h"
 #include "executor/profile/profile_shapes.h"
 
 namespace llmplan::executor {
@@ -161,6 +162,7 @@ struct ProfileMeasurements {
   std::optional<HostCopyMeasurement> host_copies;      // CUDA only
   std::vector<CollectiveMeasurement> collectives;      // CUDA, 2+ GPUs; the first among all GPUs measured
   std::optional<ContentionMeasurement> contention;     // CUDA, 2+ GPUs: among all GPUs measured
+  std::vector<PeerLink> peer_links;                    // CUDA, 2+ GPUs: every pair of the GPUs measured
   CpuAdamWMeasurement cpu_adamw;
   std::optional<CpuAdamWCopiesMeasurement> cpu_adamw_beside_copies;  // CUDA only
   std::optional<DiskMeasurement> disk;                 // with --nvme-dir

@@ -294,6 +294,9 @@ void MeasureCuda(const HostInfo& host, const CudaMachine& machine, int collectiv
       FailContention(e.what(), m, progress);
     }
   }
+  // Every pair's link, for the islands (gpu_islands.h); a failed pair is its error, not an exception.
+  for (int a = 0; a + 1 < collective_gpus; ++a)
+    for (int b = a + 1; b < collective_gpus; ++b) m.peer_links.push_back(MeasurePeerLink(a, b, 64 * kMiB, quick ? 2 : 3));
   if (collective_gpus < 2) m.skipped.push_back("collectives (one GPU: the base's curves stand)");
 }
 #endif

@@ -11,6 +11,7 @@
 #include "executor/doctor/environment_checks.h"
 #include "executor/doctor/finding.h"
 #include "executor/doctor/gpu_checks.h"
+#include "executor/doctor/gpu_islands.h"
 #include "executor/hardware/cuda_machine.h"
 
 namespace llmplan::executor {
@@ -214,6 +215,64 @@ TEST(GpuChecksTest, DriverReleaseFromEitherKernelModulesVersionLine) {
                 "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U16)"),
             "580.95.05");
   EXPECT_EQ(DriverReleaseFromVersionLine("no release here 12 x86_64"), "");
+}
+
+// Every pair of an 8-GPU node: `fast` inside the islands given, `slow`
+// (with or without peer access) between them; `slowest` once, between 3 and 4.
+std::vector<PeerLink> EightGpuLinks(const std::vector<std::vector<int>>& islands, double fast, double slow, bool peer,
+                                    double slowest) {
+  auto island_of = [&](int g) {
+    for (size_t i = 0; i < islands.size(); ++i)
+      if (std::find(islands[i].begin(), islands[i].end(), g) != islands[i].end()) return static_cast<int>(i);
+    return -1;
+  };
+  std::vector<PeerLink> links;
+  for (int a = 0; a < 8; ++a)
+    for (int b = a + 1; b < 8; ++b) {
+      const bool same = island_of(a) == island_of(b);
+      const double rate = same ? fast : (a == 3 && b == 4 ? slowest : slow);
+      links.push_back({a, b, same || peer, rate, rate * 1.02, ""});
+    }
+  return links;
+}
+
+TEST(GpuIslandsTest, TwoNvlinkIslandsJoinedByPcieAreFoundAndReported) {
+  const std::vector<PeerLink> links = EightGpuLinks({{0, 1, 2, 3}, {4, 5, 6, 7}}, 390e9, 25e9, true, 21e9);
+  const GpuIslands found = FindGpuIslands(8, links);
+  ASSERT_EQ(found.islands.size(), 2u);
+  EXPECT_EQ(found.islands[0], (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(found.islands[1], (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_DOUBLE_EQ(found.cross_island_bytes_per_s, 21e9);  // the slowest pair between them
+  // Islands of every other GPU (two sockets, GPUs interleaved) and across
+  // sockets without peer access: found by the links, not by numbering.
+  const GpuIslands interleaved = FindGpuIslands(8, EightGpuLinks({{0, 2, 4, 6}, {1, 3, 5, 7}}, 390e9, 12e9, false, 12e9));
+  ASSERT_EQ(interleaved.islands.size(), 2u);
+  EXPECT_EQ(interleaved.islands[0], (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_DOUBLE_EQ(interleaved.cross_island_bytes_per_s, 12e9);
+  // The doctor says so, with the group size that stays inside one.
+  GpuSurvey survey;
+  for (int i = 0; i < 8; ++i) survey.machine.devices.push_back({i, "NVIDIA H200", 150e9, 149.4e9, 9, 0, 132, ""});
+  survey.links = links;
+  const std::vector<Finding> f = JudgeGpus(survey);
+  const Finding* islands = Find(f, "islands");
+  ASSERT_NE(islands, nullptr);
+  EXPECT_EQ(islands->verdict, Verdict::kWarning);
+  EXPECT_NE(islands->message.find("2 GPU islands {0-3}, {4-7}, joined at 21"), std::string::npos) << islands->message;
+  EXPECT_NE(islands->message.find("hybrid_shard with groups of 4"), std::string::npos) << islands->message;
+}
+
+TEST(GpuIslandsTest, APcieOnlyBoxAndAnNvlinkSwitchAreOneIsland) {
+  for (double rate : {25e9, 390e9}) {
+    const GpuIslands found = FindGpuIslands(8, EightGpuLinks({{0, 1, 2, 3, 4, 5, 6, 7}}, rate, rate, true, rate));
+    ASSERT_EQ(found.islands.size(), 1u) << rate;
+    EXPECT_EQ(found.islands[0].size(), 8u);
+    EXPECT_EQ(found.cross_island_bytes_per_s, 0);
+  }
+  // A pair whose copy failed joins nothing: that GPU is an island of its own.
+  std::vector<PeerLink> links = EightGpuLinks({{0, 1, 2, 3, 4, 5, 6, 7}}, 390e9, 390e9, true, 390e9);
+  for (PeerLink& l : links)
+    if (l.a == 7 || l.b == 7) l.error = "cudaMemcpyPeerAsync: an illegal memory access";
+  EXPECT_EQ(FindGpuIslands(8, links).islands.size(), 2u);
 }
 
 }  // namespace
