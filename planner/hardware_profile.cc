@@ -128,6 +128,15 @@ void HardwareProfile::Validate() const {
   if (AllocatorCapacityBytes() <= 0)
     throw UserError("profile " + name + ": cuda_context_bytes leaves no usable device memory");
   if (gpus_per_node < 1) throw UserError("profile " + name + ": topology.gpus_per_node must be at least 1");
+  for (const auto& [variable, value] : nccl_settings) {
+    static const char* const kTunable[] = {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"};
+    if (std::find(std::begin(kTunable), std::end(kTunable), variable) == std::end(kTunable))
+      throw UserError("profile " + name + ": collectives.nccl.settings may set NCCL_ALGO, NCCL_PROTO, "
+                      "NCCL_MIN_NCHANNELS or NCCL_MAX_NCHANNELS, not " + variable);
+    if (value.empty() || value.find_first_of(" \t\n;") != std::string::npos)
+      throw UserError("profile " + name + ": collectives.nccl.settings." + variable + " must be one word, not '" +
+                      value + "'");
+  }
   if (!islands.empty()) {
     std::vector<int> seen(static_cast<size_t>(gpus_per_node), 0);
     for (const auto& island : islands)
@@ -276,6 +285,18 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   p.intra_node = ParseLink(coll, "intra_node");
   p.inter_node = ParseLink(coll, "inter_node");
   p.collective_slowdown_during_compute = coll.NumberIn("slowdown_during_compute", 0, 10, 0);
+  if (coll.Has("nccl")) {
+    JsonObject nccl = coll.Object("nccl");
+    if (nccl.Has("settings")) {
+      const nlohmann::json& settings = nccl.Raw("settings");
+      if (!settings.is_object()) nccl.Fail("settings", "must map NCCL variable names to values");
+      for (const auto& [name, value] : settings.items()) {
+        if (!value.is_string()) nccl.Fail("settings", name + " must be a string");
+        p.nccl_settings[name] = value.get<std::string>();
+      }
+    }
+    p.nccl_settings_source = nccl.String("source", "");
+  }
   p.price_per_gpu_hour = root.NumberIn("price_per_gpu_hour", 0, 1e6, 0);
   p.Validate();
   return p;
@@ -311,7 +332,7 @@ nlohmann::json AttentionJson(const HardwareProfile& p) {
 }  // namespace
 
 nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
-  return {{"name", p.name},
+  nlohmann::json j = {{"name", p.name},
           {"source", p.source},
           {"device_kind", p.device_kind},
           {"memory",
@@ -349,6 +370,9 @@ nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
             {"inter_node", LinkToJson(p.inter_node)},
             {"slowdown_during_compute", p.collective_slowdown_during_compute}}},
           {"price_per_gpu_hour", p.price_per_gpu_hour}};
+  if (!p.nccl_settings.empty())
+    j["collectives"]["nccl"] = {{"settings", p.nccl_settings}, {"source", p.nccl_settings_source}};
+  return j;
 }
 
 std::string ProfilesDirectory() {

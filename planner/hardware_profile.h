@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -148,6 +149,13 @@ struct HardwareProfile {
   bool SpansIslands(const std::vector<int>& local) const;
   LinkCollectives intra_node;
   LinkCollectives inter_node;
+  // NCCL variables measured to be faster on this machine than NCCL's own
+  // choice (llmplan doctor --tune: the plan's collectives under each
+  // NCCL_ALGO, NCCL_PROTO and channel count), which `llmplan run` sets unless
+  // the user did: name -> value (NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS,
+  // NCCL_MAX_NCHANNELS only), and how that was measured. Empty: NCCL decides.
+  std::map<std::string, std::string> nccl_settings;
+  std::string nccl_settings_source;
 
   double price_per_gpu_hour = 0;  // USD, for cost estimates; 0 = unknown
 

@@ -7,12 +7,16 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include "base/user_error.h"
 #include "executor/doctor/environment_checks.h"
 #include "executor/doctor/finding.h"
 #include "executor/doctor/gpu_checks.h"
 #include "executor/doctor/gpu_islands.h"
+#include "executor/doctor/nccl_tuning.h"
 #include "executor/hardware/cuda_machine.h"
+#include "planner/program_builder.h"
 
 namespace llmplan::executor {
 namespace {
@@ -273,6 +277,89 @@ TEST(GpuIslandsTest, APcieOnlyBoxAndAnNvlinkSwitchAreOneIsland) {
   for (PeerLink& l : links)
     if (l.a == 7 || l.b == 7) l.error = "cudaMemcpyPeerAsync: an illegal memory access";
   EXPECT_EQ(FindGpuIslands(8, links).islands.size(), 2u);
+}
+
+// NCCL tuning's choice, on timings given: the setting fastest over the
+// plan's collectives (each counted as often as a step issues it) wins when
+// it takes kWorthSetting or more off NCCL's own choice.
+TEST(NcclTuningTest, TheFastestSettingOverThePlansCollectivesWinsWhenItIsWorthSetting) {
+  const std::vector<PlannedCollective> planned = {{CollectiveOp::kAllGather, 64e6, 32},
+                                                  {CollectiveOp::kAllReduce, 4, 1}};
+  const std::vector<NcclSetting> tried = NcclSettingsToTry();
+  ASSERT_EQ(tried.front().Name(), "default");
+  const std::string tree = "NCCL_ALGO=Tree NCCL_PROTO=LL128", ring_ll = "NCCL_ALGO=Ring NCCL_PROTO=LL";
+  NcclTimings t;
+  t["default"] = {1.0e-3, 20e-6};
+  t[tree] = {0.9e-3, 30e-6};     // 10% faster on the gathers that dominate
+  t[ring_ll] = {1.2e-3, 10e-6};  // fastest on the tiny all-reduce only
+  NcclRecommendation r = RecommendNcclSetting(planned, tried, t);
+  EXPECT_TRUE(r.tuned);
+  EXPECT_EQ(r.setting.Name(), tree);
+  EXPECT_NEAR(r.default_step_s, 32 * 1.0e-3 + 20e-6, 1e-12);
+  EXPECT_NEAR(r.best_step_s, 32 * 0.9e-3 + 30e-6, 1e-12);
+  EXPECT_EQ(r.fastest[0].first, tree);
+  EXPECT_NEAR(r.fastest[0].second, 0.1, 1e-9);
+  EXPECT_EQ(r.fastest[1].first, ring_ll);
+  // 2% is not worth setting a variable: NCCL decides.
+  t[tree] = {0.98e-3, 20e-6};
+  r = RecommendNcclSetting(planned, tried, t);
+  EXPECT_FALSE(r.tuned);
+  EXPECT_TRUE(r.setting.variables.empty());
+  // A setting whose child failed has no timings and is passed over; without NCCL's own there is no baseline.
+  t.erase(ring_ll);
+  EXPECT_NO_THROW(RecommendNcclSetting(planned, tried, t));
+  t.erase("default");
+  EXPECT_THROW(RecommendNcclSetting(planned, tried, t), std::invalid_argument);
+}
+
+TEST(NcclTuningTest, ThePlansCollectivesAreItsDistinctSizesWithTheirCounts) {
+  Plan plan;
+  plan.model = PresetModel("llama3.2-1b");
+  plan.profile = "h200-sxm";
+  plan.gpus = 8;
+  plan.strategy = ShardingStrategy::kFullShard;
+  plan.seq_len = 2048;
+  plan.micro_batch = 1;
+  plan.grad_accum = 2;
+  NormaliseGrouping(plan);
+  const StepProgram program = BuildStepProgram(plan, LoadHardwareProfile("h200-sxm"));
+  const std::vector<PlannedCollective> planned = PlannedCollectives(program);
+  int collectives = 0, counted = 0;
+  for (const StepOp& op : program.ops)
+    collectives += op.work.group_size > 1 && (op.kind == OpKind::kAllGather || op.kind == OpKind::kReduceScatter ||
+                                              op.kind == OpKind::kAllReduce || op.kind == OpKind::kAllReduceGradNorm ||
+                                              op.kind == OpKind::kAllReduceLoss);
+  for (const PlannedCollective& c : planned) counted += c.per_step;
+  EXPECT_EQ(counted, collectives);
+  EXPECT_LT(planned.size(), static_cast<size_t>(collectives));  // the blocks' gathers share one size
+  plan.gpus = 1;
+  NormaliseGrouping(plan);
+  EXPECT_TRUE(PlannedCollectives(BuildStepProgram(plan, LoadHardwareProfile("h200-sxm"))).empty());
+}
+
+TEST(NcclTuningTest, RunSetsTheProfilesSettingsUnlessTheUserDid) {
+  HardwareProfile profile = LoadHardwareProfile("h200-sxm");
+  profile.nccl_settings = {{"NCCL_ALGO", "Tree"}, {"NCCL_PROTO", "LL128"}};
+  std::map<std::string, std::string> env = {{"NCCL_PROTO", "Simple"}};
+  auto get = [&](const char* name) -> const char* {
+    const auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  auto set = [&](const std::string& name, const std::string& value) { env[name] = value; };
+  const std::vector<std::string> lines = ApplyNcclSettings(profile, get, set);
+  EXPECT_EQ(env["NCCL_ALGO"], "Tree");
+  EXPECT_EQ(env["NCCL_PROTO"], "Simple");  // the user's stands
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].rfind("NCCL_ALGO=Tree (profile h200-sxm: measured faster", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[1], "NCCL_PROTO=Simple (yours; profile h200-sxm recommends LL128)");
+  // Applied again (a rank that inherited them): nothing to say.
+  env["NCCL_PROTO"] = "LL128";
+  EXPECT_TRUE(ApplyNcclSettings(profile, get, set).empty());
+  // The profile keeps them, and refuses a variable it may not set.
+  nlohmann::json j = HardwareProfileToJson(profile);
+  EXPECT_EQ(HardwareProfileFromJson(j, "test").nccl_settings, profile.nccl_settings);
+  j["collectives"]["nccl"]["settings"]["NCCL_IB_HCA"] = "mlx5_0";
+  EXPECT_THROW(HardwareProfileFromJson(j, "test"), UserError);
 }
 
 }  // namespace

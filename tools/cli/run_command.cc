@@ -33,6 +33,7 @@
 #include "executor/checkpoint/checkpoint_store.h"
 #include "executor/checkpoint/manifest.h"
 #include "executor/comm/distributed_env.h"
+#include "executor/doctor/nccl_tuning.h"
 #include "executor/launcher/launcher.h"
 #include "executor/run/metrics.h"
 #include "executor/run/preflight.h"
@@ -323,6 +324,15 @@ void RunCommand(const RunOptions& o) {
   config.plan.Validate();
   config.profile = ProfileOrDefault(config.plan.profile, /*warn=*/rank0);
   config.program = BuildStepProgram(config.plan, config.profile);
+  // The profile's NCCL settings (doctor --tune), unless the user set them:
+  // before any rank starts, so every rank's NCCL reads the same.
+  if (!o.cpu) {
+    const std::vector<std::string> nccl = executor::ApplyNcclSettings(
+        config.profile, [](const char* name) { return std::getenv(name); },
+        [](const std::string& name, const std::string& value) { ::setenv(name.c_str(), value.c_str(), 1); });
+    if (rank0 || launches_ranks)
+      for (const std::string& line : nccl) std::cout << "llmplan: note: " << line << "\n";
+  }
   if (config.plan.OptimizerStateOnNvme())
     executor::CheckNvmeDirectory(config.program, config.nvme_dir,
                                  o.cpu && o.cpu_ranks > 0 ? o.cpu_ranks : config.plan.GpusOnNode());
