@@ -6,7 +6,8 @@
 #                                                    (copied to $OUT); rows a01-a13, three of them recorded
 #                                                    into a calibration store; every other one-GPU row of the
 #                                                    suite estimated on that store ($OUT/calibrated.jsonl)
-#   tools/device/learning_loop.sh new-rows           build; rows a14-a17 (host-bound and offload rows)
+#   tools/device/learning_loop.sh new-rows           build; doctor --tune on a 2-GPU plan (issue #37);
+#                                                    rows a14-a17 (host-bound and offload rows)
 #
 # The rows are measured the same whatever the profile (their plans pin every
 # choice): back here, ship the profile from the first call, then
@@ -49,6 +50,8 @@ case "${1:-}" in
       bash tools/device/accuracy.sh a01 a02 a03 a04 a05 a06 a07 a08 a09 a10 a11 a12 a13
     ;;
   new-rows)
+    # issue #37: doctor --tune on the GPUs lent (one: it says there is nothing to tune).
+    "$llmplan" doctor --tune --plan tools/device/plans/llama3-8b-2xh200.plan.json 2>&1 | tail -n 12
     LLMPLAN_ACCURACY_DEADLINE=$((t0 + 500)) LLMPLAN_RESULTS_PROFILE=h200-sxm-1gpu \
       bash tools/device/accuracy.sh a14 a15 a16 a17
     ;;
