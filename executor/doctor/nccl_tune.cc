@@ -24,15 +24,6 @@ std::string Quoted(const std::string& s) {
   return q + "'";
 }
 
-const char* OpKey(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::kAllGather: return "all_gather";
-    case CollectiveOp::kReduceScatter: return "reduce_scatter";
-    case CollectiveOp::kAllReduce: return "all_reduce";
-  }
-  return "all_reduce";
-}
-
 int VisibleGpus() {
 #ifdef LLMPLAN_WITH_CUDA
   return static_cast<int>(ProbeCudaMachine().devices.size());
@@ -97,7 +88,7 @@ NcclTuneResult RunNcclTuning(const StepProgram& program, const std::string& exec
       std::vector<double> seconds;
       for (const PlannedCollective& c : r.planned) {
         const size_t at = static_cast<size_t>(std::find(sizes.begin(), sizes.end(), c.bytes) - sizes.begin());
-        seconds.push_back(measured.at(OpKey(c.op)).at(at).at(1).get<double>());
+        seconds.push_back(measured.at(CollectiveOpName(c.op)).at(at).at(1).get<double>());
       }
       r.timings[setting.Name()] = seconds;
     } catch (const std::exception& e) {
@@ -140,7 +131,7 @@ std::string NcclTuneText(const NcclTuneResult& r) {
     const PlannedCollective& c = r.planned[i];
     char line[320];
     std::snprintf(line, sizeof line, "  %-14s %10s x %3d a step: NCCL's choice %.3g ms, fastest %s (%+.1f%%)\n",
-                  OpKey(c.op), FormatBytes(c.bytes).c_str(), c.per_step, 1e3 * base[i],
+                  CollectiveOpName(c.op), FormatBytes(c.bytes).c_str(), c.per_step, 1e3 * base[i],
                   r.recommendation.fastest[i].first.c_str(), -100 * r.recommendation.fastest[i].second);
     s << line;
   }

@@ -318,12 +318,6 @@ std::vector<char*> CStrings(std::vector<std::string>& strings) {
   return out;
 }
 
-std::string SelfExecutable() {
-  std::vector<char> buffer(4096);
-  const ssize_t n = ::readlink("/proc/self/exe", buffer.data(), buffer.size() - 1);
-  if (n <= 0) return "/proc/self/exe";
-  return std::string(buffer.data(), static_cast<size_t>(n));
-}
 
 struct Child {
   int rank = 0;
@@ -403,6 +397,13 @@ std::optional<std::string> Env(const char* name) {
 }
 
 }  // namespace
+
+std::string SelfExecutable() {
+  std::vector<char> buffer(4096);
+  const ssize_t n = ::readlink("/proc/self/exe", buffer.data(), buffer.size() - 1);
+  if (n <= 0) return "/proc/self/exe";
+  return std::string(buffer.data(), static_cast<size_t>(n));
+}
 
 // ---------------------------------------------------------------------------
 

@@ -84,6 +84,11 @@ bool UnderExternalLauncher();
 // cannot be read.
 std::vector<std::string> SelfArgv();
 
+// The path of this program's binary (readlink of /proc/self/exe); that link
+// itself when it cannot be read, which names this program only to an exec
+// from this same process.
+std::string SelfExecutable();
+
 // A TCP port that was free a moment ago (bind to port 0, read it back, close).
 // Another process may take it before the rendezvous binds it; with the
 // kernel's ephemeral range that is rare enough for a local launch.

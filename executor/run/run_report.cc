@@ -199,8 +199,9 @@ void RunReport::CheckPrediction(int64_t steps_taken) {
 void RunReport::PredictAtHostAdam(const StepMeasurement& measured, int64_t step) {
   // The first step whose update ran: a step applies the one before's update
   // (StepInterpreter), so a run's first applies none. Three tries at most.
-  if (host_adam_predicted_ || !rank_.rank0 || !config_.predict_at_host_adam) return;
-  host_adam_predicted_ = ++host_adam_tries_ >= 3;
+  if (at_host_adam_tokens_per_s_per_gpu_ > 0 || host_adam_tries_ >= 3 || !rank_.rank0 || !config_.predict_at_host_adam)
+    return;
+  ++host_adam_tries_;
   double seconds = 0, params = 0;
   for (const StepOp& op : config_.program.ops) {
     if (op.kind != OpKind::kCpuOptimizerStep || op.id >= static_cast<int>(measured.ops.size())) continue;
@@ -217,7 +218,6 @@ void RunReport::PredictAtHostAdam(const StepMeasurement& measured, int64_t step)
     return;  // a prediction that cannot be made is no reason to stop training
   }
   if (!(predicted > 0)) return;  // the update did no work here (TrainConfig::predict_at_host_adam)
-  host_adam_predicted_ = true;
   at_host_adam_tokens_per_s_per_gpu_ = predicted;
   summary_.host_adam_prediction = {{"step", step},
                                    {"cpu_adam_seconds", seconds},

@@ -82,8 +82,7 @@ class RunReport {
   RankPeak own_peak_;
   bool own_peak_writable_;
   bool prediction_checked_ = false;
-  bool host_adam_predicted_ = false;
-  int host_adam_tries_ = 0;
+  int host_adam_tries_ = 0;  // steps PredictAtHostAdam looked at (three at most)
   double at_host_adam_tokens_per_s_per_gpu_ = 0;  // 0: not predicted
 };
 

@@ -25,6 +25,7 @@
 #include "base/user_error.h"
 #include "executor/doctor/doctor.h"
 #include "executor/doctor/nccl_tune.h"
+#include "executor/launcher/launcher.h"
 #include "planner/plan.h"
 #include "planner/program_builder.h"
 #include "tools/cli/commands.h"
@@ -46,18 +47,14 @@ struct DoctorOptions {
   std::string sizes;
 };
 
-std::string ThisExecutable() {
-  std::vector<char> buffer(4096);
-  const ssize_t n = ::readlink("/proc/self/exe", buffer.data(), buffer.size() - 1);
-  if (n <= 0) throw UserError("doctor --tune: cannot find this program (/proc/self/exe)");
-  return std::string(buffer.data(), static_cast<size_t>(n));
-}
-
 void Tune(const DoctorOptions& o) {
   if (o.plan.empty()) throw UserError("doctor --tune needs --plan PLAN (whose collectives to time)");
   const Plan plan = LoadPlan(o.plan);
   const HardwareProfile profile = LoadHardwareProfile(plan.profile);
-  const executor::NcclTuneResult r = executor::RunNcclTuning(BuildStepProgram(plan, profile), ThisExecutable());
+  // The children run this binary by its path: /proc/self/exe would name the shell that starts them.
+  const std::string self = executor::SelfExecutable();
+  if (self == "/proc/self/exe") throw UserError("doctor --tune: cannot read this program's path (/proc/self/exe)");
+  const executor::NcclTuneResult r = executor::RunNcclTuning(BuildStepProgram(plan, profile), self);
   std::cout << executor::NcclTuneText(r);
   if (o.write_profile.empty() || !r.nothing_to_tune.empty()) return;
   HardwareProfile tuned = profile;
