@@ -94,7 +94,10 @@ std::string IslandName(const std::vector<int>& gpus) {
   const bool run = gpus.back() - gpus.front() + 1 == static_cast<int>(gpus.size());
   if (run && gpus.size() > 1) return std::to_string(gpus.front()) + "-" + std::to_string(gpus.back());
   std::string name;
-  for (int g : gpus) name += (name.empty() ? "" : ",") + std::to_string(g);
+  for (int g : gpus) {
+    if (!name.empty()) name += ',';
+    name += std::to_string(g);
+  }
   return name;
 }
 
@@ -106,7 +109,8 @@ Finding IslandsFinding(int gpus, const std::vector<PeerLink>& links) {
   std::string names;
   size_t smallest = found.islands.front().size();
   for (const auto& island : found.islands) {
-    names += (names.empty() ? "" : ", ") + ("{" + IslandName(island) + "}");
+    if (!names.empty()) names += ", ";
+    names += "{" + IslandName(island) + "}";
     smallest = std::min(smallest, island.size());
   }
   return Make("islands", Verdict::kWarning,

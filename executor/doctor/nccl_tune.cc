@@ -131,7 +131,7 @@ std::string NcclTuneText(const NcclTuneResult& r) {
     const PlannedCollective& c = r.planned[i];
     char line[320];
     std::snprintf(line, sizeof line, "  %-14s %10s x %3d a step: NCCL's choice %.3g ms, fastest %s (%+.1f%%)\n",
-                  CollectiveOpName(c.op), FormatBytes(c.bytes).c_str(), c.per_step, 1e3 * base[i],
+                  CollectiveOpName(c.op).c_str(), FormatBytes(c.bytes).c_str(), c.per_step, 1e3 * base[i],
                   r.recommendation.fastest[i].first.c_str(), -100 * r.recommendation.fastest[i].second);
     s << line;
   }
