@@ -110,7 +110,9 @@ Finding IslandsFinding(int gpus, const std::vector<PeerLink>& links) {
   size_t smallest = found.islands.front().size();
   for (const auto& island : found.islands) {
     if (!names.empty()) names += ", ";
-    names += "{" + IslandName(island) + "}";
+    names += '{';
+    names += IslandName(island);
+    names += '}';
     smallest = std::min(smallest, island.size());
   }
   return Make("islands", Verdict::kWarning,
