@@ -329,6 +329,44 @@ SavedTensors HeadForward(const ActivationShape& a, double matrix_params, MemoryS
   return out;
 }
 
+SavedTensors HeadEvaluate(const ActivationShape& a, MemoryScript& s) {
+  const Sizes z(a);
+  SavedTensors out;
+  std::vector<int> none;
+  const int normed = RmsNorm(z, /*keep_graph=*/false, s, none);
+  // ChunkedCrossEntropy with neither input requiring a gradient: one chunk's
+  // logits at a time and the loss, no gradient buffers.
+  const int loss_sum = s.Alloc(kTemp, 4);
+  const double rows = std::min(a.loss_chunk, a.tokens);
+  const double chunk = rows * a.vocab;
+  if (z.fused) {
+    // The kernel reads the compute-dtype logits and writes one fp32 loss per row.
+    const int logits = s.Alloc(kTemp, z.c * chunk);
+    const int row_loss = s.Alloc(kTemp, 4 * rows);
+    s.Free(row_loss);
+    s.Free(logits);
+  } else {
+    // at::mm(h, weight.t()).to(at::kFloat), then at::logsumexp's max and
+    // (logits - max) temporary, and the target's logit.
+    const int matmul = z.fp32 ? -1 : s.Alloc(kTemp, z.c * chunk);
+    const int logits = s.Alloc(kTemp, 4 * chunk);
+    if (!z.fp32) s.Free(matmul);
+    const int maxes = s.Alloc(kTemp, 4 * rows);
+    const int shifted = s.Alloc(kTemp, 4 * chunk);
+    const int lse = s.Alloc(kTemp, 4 * rows);
+    s.Free(shifted);
+    s.Free(maxes);
+    const int picked = s.Alloc(kTemp, 4 * rows);
+    s.Free(picked);
+    s.Free(lse);
+    s.Free(logits);
+  }
+  out.output = s.Alloc(kSaved, 4);  // the micro-batch's loss
+  s.Free(loss_sum);
+  s.Free(normed);
+  return out;
+}
+
 int BlockBackward(const ActivationShape& a, const SavedTensors& forward, int flowing, MemoryScript& s) {
   const Sizes z(a);
   // The highest point is the MLP's backward, when every other saved tensor is

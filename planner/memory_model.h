@@ -99,6 +99,10 @@ SavedTensors BlockRecompute(const ActivationShape& a, const SavedTensors& previo
 // computes the gradients of its input and of the output matrix (`matrix_params`
 // elements: vocab x hidden, the embedding's when tied) right away.
 SavedTensors HeadForward(const ActivationShape& a, double matrix_params, MemoryScript& s);
+// Forward of the head in an evaluation (forward only, under NoGradGuard): the
+// final norm and the chunked cross-entropy's loss, no gradient. Its output is
+// the micro-batch's loss; nothing is saved.
+SavedTensors HeadEvaluate(const ActivationShape& a, MemoryScript& s);
 
 // Backward of a unit: `flowing` is the id of the gradient arriving from the
 // unit above (-1 for the head), replaced by the one it sends below (-1 for

@@ -135,6 +135,24 @@ StepProgram ProgramBuilder::Build() {
   return std::move(program_);
 }
 
+StepProgram ProgramBuilder::BuildEvaluation(int micro_batches) {
+  evaluating_ = true;
+  MakeUnits();
+  program_.micro_batches = micro_batches;
+  program_.evaluation = true;
+  MakePersistent();
+  // The evaluation's token batches on the device instead of the step's (which
+  // the step freed), and RoPE's tables as before.
+  PersistentMemory& pm = program_.persistent;
+  pm.step_inputs = static_cast<double>(micro_batches * plan_.micro_batch * (plan_.seq_len + 1)) * 8 +
+                   2.0 * static_cast<double>(plan_.seq_len * plan_.model.head_dim) * ParamBytes();
+  DescribeRun(plan_, program_);
+  int loss = -1;
+  for (int mb = 0; mb < micro_batches; ++mb) loss = EvaluationForward(mb);
+  LossAllReduce(loss);
+  return std::move(program_);
+}
+
 void ProgramBuilder::MakeUnits() {
   program_.units = UnitsOf(plan_);
   const ModelSpec& m = plan_.model;
@@ -239,6 +257,7 @@ bool ProgramBuilder::AdamWReadsComputeGrad() const {
 
 bool ProgramBuilder::KeepsParamsThroughBackward(int u) const {
   const bool tied_embedding = plan_.model.tied_embeddings && u == 0;  // the head uses it
+  if (evaluating_) return UnitAt(u).kind == UnitKind::kHead || tied_embedding;
   return plan_.strategy == ShardingStrategy::kShardGradOp || UnitAt(u).kind == UnitKind::kHead || tied_embedding;
 }
 
@@ -258,6 +277,12 @@ std::atomic<int64_t> programs_built{0};
 }  // namespace
 
 int64_t StepProgramsBuilt() { return programs_built.load(std::memory_order_relaxed); }
+
+StepProgram BuildEvaluationProgram(const Plan& plan, const HardwareProfile& profile, int micro_batches) {
+  StepProgram program = ProgramBuilder(plan, profile).BuildEvaluation(micro_batches);
+  ToIssueOrder(program);
+  return program;
+}
 
 StepProgram BuildStepProgram(const Plan& plan, const HardwareProfile& profile, bool op_names) {
   programs_built.fetch_add(1, std::memory_order_relaxed);

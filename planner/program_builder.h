@@ -11,6 +11,7 @@
 //   program_step_end.cc  gradient norm, clipping, the GPU optimizer, the loss
 //   program_offload.cc   the offloaded optimizer's copies and host updates,
 //                        which the forward and backward place
+//   program_evaluation.cc  an evaluation's forward-only program instead
 //   program_order.cc     ToIssueOrder: logical order -> issue order
 // What the phases hand each other is in program_state.h.
 #pragma once
@@ -40,6 +41,9 @@ class ProgramBuilder {
   // The ops in logical order (forward and backward per micro-batch, then the
   // step's end); ToIssueOrder turns that into the order the host issues them.
   StepProgram Build();
+  // The evaluation's program (BuildEvaluationProgram), in logical order.
+  // REQUIRES: micro_batches >= 1; neither Build has run on this builder.
+  StepProgram BuildEvaluation(int micro_batches);
 
  private:
   // --- program_builder.cc: the program's frame ---
@@ -72,6 +76,10 @@ class ProgramBuilder {
   // Makes unit u's compute-dtype gradient in `op` unless it exists: its
   // bytes at the op's start, and its zeroing priced into the op's work.
   void MakeComputeGrad(int u, StepOp& op);
+
+  // --- program_evaluation.cc ---
+  // Micro-batch mb of an evaluation, unit by unit; returns its head's op.
+  int EvaluationForward(int mb);
 
   // --- program_backward.cc ---
   // Micro-batch mb's backward from the head down, on `results` of its forward.
@@ -145,6 +153,8 @@ class ProgramBuilder {
   double OutputMatrixParams() const { return static_cast<double>(plan_.model.vocab * plan_.model.hidden); }
   // Gathered params stay from forward to backward (shard_grad_op; the head,
   // whose backward follows its forward at once; the tied embedding the head uses).
+  // In an evaluation: from a unit's gather to the end of its micro-batch's
+  // head (the head, and the tied embedding it reads).
   bool KeepsParamsThroughBackward(int u) const;
   // Whether the device keeps unit u's compute-dtype copy from step to step,
   // written by the update: a resident unit's whole copy, else the shard the
@@ -156,6 +166,7 @@ class ProgramBuilder {
   const Plan& plan_;
   const HardwareProfile& profile_;
   const bool op_names_;
+  bool evaluating_ = false;  // BuildEvaluation: no backward follows any forward
   StepProgram program_;
   // Memory, tensor by tensor (planner/memory_model.h): the memory model's
   // calls recorded once each and stamped (planner/program_tensors.h).

@@ -65,6 +65,7 @@ const MemoryTemplate& RecordedMemoryCalls::Recorded(MemoryCall call, std::span<c
       case MemoryCall::kBlockForward: return flat(BlockForward(shape_, /*keep_graph=*/true, s));
       case MemoryCall::kBlockForwardNoGraph: return flat(BlockForward(shape_, /*keep_graph=*/false, s));
       case MemoryCall::kHeadForward: return flat(HeadForward(shape_, output_matrix_params_, s));
+      case MemoryCall::kHeadEvaluate: return flat(HeadEvaluate(shape_, s));
       case MemoryCall::kBlockRecompute: return flat(BlockRecompute(shape_, saved_of(in, in.size()), s));
       case MemoryCall::kHeadBackward: return std::vector<int>{HeadBackward(shape_, saved_of(in, in.size()), s)};
       case MemoryCall::kBlockBackward:

@@ -54,6 +54,7 @@ enum class MemoryCall {
   kBlockForward,         // keeping its graph
   kBlockForwardNoGraph,  // a checkpointed block's forward
   kHeadForward,
+  kHeadEvaluate,         // an evaluation's head: the loss only
   kBlockRecompute,       // inputs: the forward's tensors
   kHeadBackward,         // inputs: the forward's tensors
   kBlockBackward,        // inputs: the forward's (or recompute's) tensors, then the gradient flowing in

@@ -253,6 +253,9 @@ struct StepProgram {
   PersistentMemory persistent;
   HostMemory host;
   int micro_batches = 0;
+  // An evaluation's program (BuildEvaluationProgram): forward only, no
+  // gradient, no update; its loss is the mean over its micro-batches.
+  bool evaluation = false;
 
   // What the ops work on. The executor runs the program from these and the
   // ops alone; it never reads the Plan the program was built from.
@@ -279,6 +282,17 @@ struct StepProgram {
 // of its time). The ops are the same either way.
 // REQUIRES: plan.Validate() passes.
 StepProgram BuildStepProgram(const Plan& plan, const HardwareProfile& profile, bool op_names = true);
+
+// Builds the program of an evaluation (llmplan run --eval-data):
+// `micro_batches` micro-batches of the plan's shape, forward only and without
+// a gradient — each unit gathered, run and released, the activation it read
+// freed once read (nothing waits for a backward) — then the loss summed over
+// every rank. It reads the training state and writes none: no backward,
+// reduction, clipping or update. Priced and timed like the step's program
+// (the simulator interprets it; StepInterpreter::Evaluate runs it), it is
+// not counted by StepProgramsBuilt.
+// REQUIRES: plan.Validate() passes; micro_batches >= 1.
+StepProgram BuildEvaluationProgram(const Plan& plan, const HardwareProfile& profile, int micro_batches);
 
 // How many programs BuildStepProgram has built in this process: `llmplan
 // run` builds exactly one, and a test holds it to that.

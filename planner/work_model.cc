@@ -155,6 +155,27 @@ OpWork HeadForwardWork(const ActivationShape& a) {
   return w;
 }
 
+OpWork HeadEvaluationWork(const ActivationShape& a) {
+  const PerToken z(a);
+  const double t = a.tokens, h = a.hidden, v = a.vocab;
+  OpWork w;
+  // One GEMM per chunk (the logits); no gradient GEMMs.
+  w.gemm_flops = 2 * t * h * v;
+  w.gemm_min_dim = std::min({t, h, std::max(1.0, a.loss_chunk)});
+  // Per token of every chunk: the matmul's output (cV); fused, the kernel
+  // reads it once for the row's max and sum and once more for the target
+  // (2cV); composite, its fp32 copy (cV + 4V) and the log-sum-exp as LibTorch
+  // runs it (max 4V, (logits - max) into a temporary 8V, exp_ in place 8V,
+  // sum 4V). Plus the final norm.
+  const double per_vocab = z.fused ? 3 * z.c : z.c == 4 ? 28 : 2 * z.c + 28;
+  w.elementwise_bytes = t * (RmsNormBytes(z) + per_vocab * v);
+  const double chunks = std::ceil(t / std::max(1.0, a.loss_chunk));
+  // Per chunk: the GEMM, the loss's sum and add, and the softmax's sums (1
+  // kernel fused, 6 composite).
+  w.launches = RmsNormLaunches(z) + static_cast<int>((z.fused ? 4 : 9) * chunks);
+  return w;
+}
+
 OpWork HeadBackwardWork(const ActivationShape& a, double matrix_params) {
   const PerToken z(a);
   OpWork w;

@@ -26,6 +26,8 @@ OpWork EmbeddingBackwardWork(const ActivationShape& a, double table_params);
 OpWork BlockForwardWork(const ActivationShape& a);
 OpWork BlockBackwardWork(const ActivationShape& a, double block_params);
 OpWork HeadForwardWork(const ActivationShape& a);
+// The head of an evaluation: the final norm and the loss, no gradient.
+OpWork HeadEvaluationWork(const ActivationShape& a);
 OpWork HeadBackwardWork(const ActivationShape& a, double matrix_params);
 
 }  // namespace llmplan
