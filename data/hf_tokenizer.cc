@@ -200,6 +200,12 @@ class HfTokenizer final : public Tokenizer {
 
   void Encode(std::string_view text, bool document_start, std::vector<uint32_t>* ids) const override;
   std::string Decode(const std::vector<uint32_t>& ids) const override;
+  std::optional<uint32_t> SpecialTokenId(std::string_view text) const override {
+    for (const AddedToken& t : added_) {
+      if (t.content == text) return t.id;
+    }
+    return std::nullopt;
+  }
 
  private:
   [[noreturn]] void Fail(const std::string& what) const { throw UserError(context_ + ": " + what); }

@@ -270,6 +270,13 @@ class SentencePieceTokenizer final : public Tokenizer {
   SentencePieceTokenizer(const std::string& path, const std::string& bytes, const std::string& eot_token);
   void Encode(std::string_view text, bool document_start, std::vector<uint32_t>* ids) const override;
   std::string Decode(const std::vector<uint32_t>& ids) const override;
+  std::optional<uint32_t> SpecialTokenId(std::string_view text) const override {
+    for (size_t i = 0; i < pieces_.size(); ++i) {
+      const Piece& p = pieces_[i];
+      if ((p.type == kControl || p.type == kUserDefined) && p.text == text) return static_cast<uint32_t>(i);
+    }
+    return std::nullopt;
+  }
 
  private:
   [[noreturn]] void Fail(const std::string& what) const { throw UserError(context_ + ": " + what); }

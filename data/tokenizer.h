@@ -54,6 +54,16 @@ class Tokenizer {
   // and for SentencePiece models text in their alphabet or with byte fallback).
   virtual std::string Decode(const std::vector<uint32_t>& ids) const = 0;
 
+  // The id of the added or special token whose text is exactly `text`
+  // (<|eot_id|>, <|im_start|>, <s>, [INST]), or nullopt when there is none:
+  // a tokenizer.json's added_tokens, a SentencePiece model's control and
+  // user-defined pieces. Chat formats (chat_format.h) write these ids
+  // themselves rather than trusting text to produce them.
+  virtual std::optional<uint32_t> SpecialTokenId(std::string_view text) const {
+    (void)text;
+    return std::nullopt;
+  }
+
   // One past the largest id Encode can produce or the tokenizer defines.
   int64_t vocab_size() const { return vocab_size_; }
   // Written after every document.

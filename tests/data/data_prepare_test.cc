@@ -19,6 +19,7 @@
 
 #include "tests/cli_runner.h"
 
+#include "data/loss_mask.h"
 #include "data/token_file.h"
 
 namespace llmplan::data {
@@ -222,6 +223,215 @@ TEST_F(DataPrepareTest, TokenizerErrorsAreOneLineAndWriteNothing) {
   EXPECT_NE(narrow.output.find("needs 4-byte tokens: use --format llmc or raw-u32"), std::string::npos)
       << narrow.output;
   EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+// --chat: conversations in the model's chat format, a loss mask beside the
+// tokens, and one-line errors that leave no file behind.
+class ChatPrepareTest : public DataPrepareTest {
+ protected:
+  std::vector<uint8_t> Mask(const std::string& token_path) {
+    const int64_t n = TokenFile(token_path).size();
+    LossMaskFile mask(LossMaskPathFor(token_path), n);
+    std::vector<uint8_t> bits(static_cast<size_t>(n));
+    mask.Copy(0, n, bits.data());
+    return bits;
+  }
+  // Runs `args`, expects exit status 2 and one line holding `message`, and
+  // that neither the token file nor its mask was written.
+  void ExpectFails(const std::string& args, const std::string& out, const std::string& message) {
+    const CommandResult r = RunLlmplan("data prepare " + args);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out)) << args;
+    EXPECT_FALSE(std::filesystem::exists(LossMaskPathFor(out))) << args;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+    }
+  }
+  const std::string llama3_ = " --tokenizer " + kFixtures + "/llama3/tokenizer.json ";
+};
+
+const char* kGreeting =
+    R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}, )"
+    R"({"role": "assistant", "content": "Hello!"}]})";
+
+TEST_F(ChatPrepareTest, Llama3ConversationsAndTheirMask) {
+  const std::string chat = WriteText("chat.jsonl", std::string(kGreeting) + "\n\n" + kGreeting + "\n");
+  const std::string out = (dir_ / "chat.bin").string();
+  const CommandResult r = RunLlmplan("data prepare --chat " + chat + llama3_ + "-o " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote 46 tokens (2 documents"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("chat format llama3; loss mask " + out + ".lossmask: 6 of 46 tokens trained (13.0%)"),
+            std::string::npos)
+      << r.output;
+  const std::vector<int64_t> one = {128000, 128006, 9125,  128007, 271,    3513,  10015, 13,
+                                    128009, 128006, 882,   128007, 271,    13347, 1070,  128009,
+                                    128006, 78191,  128007, 271,   9906,   0,     128009};
+  std::vector<int64_t> both = one;
+  both.insert(both.end(), one.begin(), one.end());
+  EXPECT_EQ(Tokens(out), both);
+  std::vector<uint8_t> bits(one.size(), 0);
+  bits[20] = bits[21] = bits[22] = 1;  // "Hello" "!" <|eot_id|>
+  std::vector<uint8_t> both_bits = bits;
+  both_bits.insert(both_bits.end(), bits.begin(), bits.end());
+  EXPECT_EQ(Mask(out), both_bits);
+
+  const CommandResult inspect = RunLlmplan("data inspect " + out);
+  EXPECT_EQ(inspect.status, 0) << inspect.output;
+  EXPECT_NE(inspect.output.find("loss mask: 6 of 46 tokens trained (13.0%)"), std::string::npos) << inspect.output;
+}
+
+TEST_F(ChatPrepareTest, MistralNeedsItsFormatNamed) {
+  const std::string chat = WriteText("chat.jsonl", R"({"messages": [{"role": "user", "content": "user message"}, )"
+                                                   R"({"role": "assistant", "content": "assistant message"}]})");
+  const std::string out = (dir_ / "m.bin").string();
+  const std::string mistral = " --tokenizer " + kFixtures + "/mistral/tokenizer.json ";
+  ExpectFails("--chat " + chat + mistral + "-o " + out, out, "pass --chat-format llama3, chatml or mistral");
+  const CommandResult r = RunLlmplan("data prepare --chat " + chat + mistral + "--chat-format mistral -o " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(Tokens(out), (std::vector<int64_t>{1, 733, 16289, 28793, 2188, 2928, 733, 28748, 16289, 28793, 13892,
+                                                2928, 2}));
+  EXPECT_EQ(Mask(out), (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1}));
+}
+
+TEST_F(ChatPrepareTest, BadInputsAreOneLineExitTwoAndWriteNothing) {
+  const std::string out = (dir_ / "never.bin").string();
+  const std::string good = std::string(kGreeting) + "\n";
+  const auto chat = [&](const std::string& name, const std::string& text) {
+    return "--chat " + WriteText(name, text) + llama3_ + "-o " + out;
+  };
+  ExpectFails(chat("a.jsonl", good + "{\"messages\": [\n"), out, "a.jsonl:2: not JSON");
+  ExpectFails(chat("b.jsonl", good + good + "{\"prompt\": \"x\"}\n"), out, "b.jsonl:3: no \"messages\" array");
+  ExpectFails(chat("c.jsonl", R"({"messages": [{"role": "user", "content": "x"}]})"), out,
+              "c.jsonl:1: has no assistant turn: nothing to train");
+  ExpectFails(chat("d.jsonl", R"({"messages": [{"role": "bot", "content": "x"}]})"), out,
+              "d.jsonl:1: message 1 has role 'bot': the accepted roles are system, user and assistant");
+  ExpectFails(chat("e.jsonl", R"({"messages": [{"role": "assistant", "content": 42}]})"), out,
+              "e.jsonl:1: message 1 (assistant): \"content\" is not a string (number)");
+  const std::string file = WriteText("f.jsonl", good);
+  ExpectFails("--chat " + file + " -o " + out, out, "--chat needs --tokenizer");
+  ExpectFails("--chat " + file + llama3_ + "-o " + out + " " + WriteText("t.txt", "text"), out,
+              "pass no text files with it");
+  ExpectFails("--chat " + file + llama3_ + "--chat-format alpaca -o " + out, out, "--chat-format");
+  ExpectFails(llama3_ + "-o " + out, out, "nothing to tokenize: pass text files, or --chat FILE.jsonl");
+}
+
+TEST_F(ChatPrepareTest, InspectRefusesABadMaskInOneLine) {
+  const std::string out = (dir_ / "chat.bin").string();
+  ASSERT_EQ(RunLlmplan("data prepare --chat " + WriteText("c.jsonl", kGreeting) + llama3_ + "-o " + out).status, 0);
+  std::filesystem::resize_file(LossMaskPathFor(out), 26);
+  const CommandResult r = RunLlmplan("data inspect " + out);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(out + ".lossmask: 26 bytes, but 23 tokens take 27: the file is truncated"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+TEST_F(ChatPrepareTest, TextPreparationRemovesAStaleMask) {
+  const std::string out = (dir_ / "chat.bin").string();
+  ASSERT_EQ(RunLlmplan("data prepare --chat " + WriteText("c.jsonl", kGreeting) + llama3_ + "-o " + out).status, 0);
+  ASSERT_TRUE(std::filesystem::exists(LossMaskPathFor(out)));
+  ASSERT_EQ(RunLlmplan("data prepare -o " + out + " " + WriteText("t.txt", "text")).status, 0);
+  EXPECT_FALSE(std::filesystem::exists(LossMaskPathFor(out)));
+}
+
+// --split: whole documents, chosen by their index, in a second file.
+std::vector<std::vector<int64_t>> Documents(const std::vector<int64_t>& tokens, int64_t end) {
+  std::vector<std::vector<int64_t>> documents(1);
+  for (int64_t t : tokens) {
+    documents.back().push_back(t);
+    if (t == end) documents.emplace_back();
+  }
+  documents.pop_back();  // empty after the last end
+  return documents;
+}
+
+TEST_F(DataPrepareTest, SplitHoldsOutWholeDocumentsNoneTwice) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "document " + std::to_string(i) + "\n%\n";
+  const std::string input = WriteText("docs.txt", text);
+  const std::string out = (dir_ / "train.bin").string();
+  const CommandResult r = RunLlmplan("data prepare --split 0.1 --split-on-line % -o " + out + " " + input);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string eval = (dir_ / "train.eval.bin").string();
+  const auto kept = Documents(Tokens(out), 256), held = Documents(Tokens(eval), 256);
+  EXPECT_EQ(kept.size() + held.size(), 200u);
+  EXPECT_GT(held.size(), 5u);
+  EXPECT_LT(held.size(), 40u);
+  EXPECT_NE(r.output.find("(" + std::to_string(kept.size()) + " documents"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("and " + std::to_string(Tokens(eval).size()) + " tokens (" + std::to_string(held.size()) +
+                          " documents held out by --split 0.1) to " + eval),
+            std::string::npos)
+      << r.output;
+  // Together every document once, each file in input order; held-out ones
+  // spread over the corpus (not only its end).
+  std::vector<std::string> seen;
+  for (const auto* file : {&kept, &held}) {
+    int last = -1;
+    for (const auto& doc : *file) {
+      const std::string s(doc.begin(), doc.end() - 2);  // without "\n" and end of text
+      const int index = std::stoi(s.substr(9));
+      EXPECT_GT(index, last);
+      last = index;
+      seen.push_back(s);
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(std::unique(seen.begin(), seen.end()), seen.end());
+  EXPECT_EQ(seen.size(), 200u);
+  const std::string first_held(held.front().begin(), held.front().end() - 2);
+  EXPECT_LT(std::stoi(first_held.substr(9)), 100);
+  // The same documents every time, on any number of threads.
+  const std::string again = (dir_ / "again.bin").string(), again_eval = (dir_ / "again.held.bin").string();
+  ASSERT_EQ(RunLlmplan("data prepare --threads 1 --split 0.1 --split-out " + again_eval + " --split-on-line % -o " +
+                       again + " " + input)
+                .status,
+            0);
+  EXPECT_EQ(Tokens(again), Tokens(out));
+  EXPECT_EQ(Tokens(again_eval), Tokens(eval));
+}
+
+TEST_F(ChatPrepareTest, SplitGivesTheHeldOutFileItsOwnMask) {
+  std::string text;
+  for (int i = 0; i < 40; ++i) {
+    text += R"({"messages": [{"role": "user", "content": "q)" + std::to_string(i) +
+            R"("}, {"role": "assistant", "content": "a"}]})" + "\n";
+  }
+  const std::string out = (dir_ / "chat.bin").string(), eval = (dir_ / "held.bin").string();
+  const CommandResult r =
+      RunLlmplan("data prepare --chat " + WriteText("c.jsonl", text) + llama3_ + "--split 0.25 --split-out " + eval +
+                 " -o " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto kept = Documents(Tokens(out), 128009), held = Documents(Tokens(eval), 128009);
+  // Each conversation ends with its answer's <|eot_id|>: two per document.
+  EXPECT_EQ(kept.size() + held.size(), 80u);
+  EXPECT_GT(held.size(), 0u);
+  const std::vector<uint8_t> kept_bits = Mask(out), held_bits = Mask(eval);
+  EXPECT_EQ(std::count(kept_bits.begin(), kept_bits.end(), 1), static_cast<ptrdiff_t>(kept.size()));  // "a" <|eot_id|>
+  EXPECT_EQ(std::count(held_bits.begin(), held_bits.end(), 1), static_cast<ptrdiff_t>(held.size()));
+  EXPECT_NE(r.output.find(eval + ".lossmask: "), std::string::npos) << r.output;
+}
+
+TEST_F(DataPrepareTest, SplitErrors) {
+  const std::string input = WriteText("one.txt", "a single document");
+  const std::string out = (dir_ / "train.bin").string();
+  for (const char* fraction : {"0", "1", "1.5", "-0.2"}) {
+    const CommandResult r = RunLlmplan(std::string("data prepare --split ") + fraction + " -o " + out + " " + input);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("give the fraction of documents to hold out, between 0 and 1"), std::string::npos)
+        << r.output;
+  }
+  const CommandResult r = RunLlmplan("data prepare --split 0.5 -o " + out + " " + input);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("of the 1 documents, leaving"), std::string::npos) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "train.eval.bin"));
+  const CommandResult no_split = RunLlmplan("data prepare --split-out x.bin -o " + out + " " + input);
+  EXPECT_EQ(no_split.status, 2) << no_split.output;
+  EXPECT_NE(no_split.output.find("--split-out needs --split FRACTION"), std::string::npos) << no_split.output;
 }
 
 }  // namespace

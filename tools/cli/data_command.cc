@@ -1,5 +1,6 @@
-// llmplan data prepare: turns text files into a token file for `llmplan run`;
-// llmplan data inspect: says what a token file holds.
+// llmplan data prepare: turns text files, or conversations to fine-tune on,
+// into a token file for `llmplan run`; llmplan data inspect: says what a token
+// file (and its loss mask) holds.
 //
 // Tokenizer: --tokenizer PATH (a Hugging Face tokenizer.json or a SentencePiece
 // tokenizer.model, data/tokenizer.h) gives the model's own ids; each document
@@ -14,6 +15,14 @@
 // --threads workers encode; the tokens are written in input order. A line on
 // stderr every 5 s says how far it is; the closing line's time and MB/s are
 // those of reading, encoding and writing (loading the tokenizer excluded).
+//
+// Conversations: --chat FILE.jsonl renders each line's {"messages": [...]} in
+// the model family's chat format (data/chat_format.h), one document each, and
+// writes a loss mask beside the token file (data/loss_mask.h) that trains the
+// assistant's turns only.
+//
+// Held-out split: --split FRACTION sends whole documents, chosen by a hash of
+// their index, to a second token file; each file keeps input order.
 //
 // Output: llm.c's headered .bin by default (uint16, or uint32 with its
 // Llama-3 header when the vocabulary exceeds 65,536 ids), or raw uint16 /
@@ -41,6 +50,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "data/chat_format.h"
+#include "data/loss_mask.h"
 #include "data/token_file.h"
 #include "data/token_file_writer.h"
 #include "data/tokenizer.h"
@@ -59,13 +70,24 @@ struct PrepareOptions {
   std::string tokenizer;       // empty: byte level
   std::string eot_token;
   int threads = 0;             // 0: one per core
+  std::string chat;            // conversations (JSONL) instead of text files
+  std::string chat_format;     // empty: from the tokenizer's special tokens
+  bool split_given = false;
+  double split = 0;            // the fraction of documents held out
+  std::string split_out;       // empty: --out with ".eval" before its extension
 };
 
-// A piece of a document: a whole one, or a part split at a line start.
+// A piece of a document: a whole one, or a part split at a line start; with
+// --chat, one line of the JSONL file (a whole conversation).
 struct Part {
+  Part(std::string text_in, bool start, bool end)
+      : text(std::move(text_in)), document_start(start), document_end(end) {}
+
   std::string text;
   bool document_start;
   bool document_end;
+  bool held_out = false;  // goes to the --split file
+  std::string where;      // --chat: "FILE:LINE", for messages
 };
 
 struct Job {
@@ -73,9 +95,16 @@ struct Job {
   size_t bytes = 0;
 };
 
-struct JobResult {
+// What a job gives one output file: ids, with --chat one loss-mask bit per id.
+struct Encoded {
   std::vector<uint32_t> ids;
+  std::vector<uint8_t> trained;
   int64_t documents = 0;
+};
+
+struct JobResult {
+  Encoded kept;      // for --out
+  Encoded held_out;  // for the --split file
   int64_t bytes = 0;
 };
 
@@ -85,27 +114,62 @@ constexpr size_t kJobBytes = size_t{2} << 20;
 // memory whole).
 constexpr size_t kMaxPartBytes = size_t{8} << 20;
 
-JobResult EncodeJob(const data::Tokenizer& tokenizer, const Job& job) {
+// `chat`: null for text documents.
+JobResult EncodeJob(const data::Tokenizer& tokenizer, const data::ChatRenderer* chat, const Job& job) {
   JobResult r;
-  r.ids.reserve(job.bytes / 3 + 16);
+  r.kept.ids.reserve(job.bytes / 3 + 16);
   for (const Part& part : job.parts) {
-    if (part.document_start && tokenizer.begin_of_text()) r.ids.push_back(*tokenizer.begin_of_text());
-    tokenizer.Encode(part.text, part.document_start, &r.ids);
-    if (part.document_end) {
-      r.ids.push_back(tokenizer.end_of_text());
-      ++r.documents;
+    Encoded& out = part.held_out ? r.held_out : r.kept;
+    if (chat != nullptr) {
+      chat->Render(data::ParseChatLine(part.text, part.where), part.where, &out.ids, &out.trained);
+      ++out.documents;
+    } else {
+      if (part.document_start && tokenizer.begin_of_text()) out.ids.push_back(*tokenizer.begin_of_text());
+      tokenizer.Encode(part.text, part.document_start, &out.ids);
+      if (part.document_end) {
+        out.ids.push_back(tokenizer.end_of_text());
+        ++out.documents;
+      }
     }
     r.bytes += static_cast<int64_t>(part.text.size());
   }
   return r;
 }
 
+// Whether document `index` is held out by --split `fraction`: a hash of the
+// index (SplitMix64's finalizer) below the fraction, so that held-out
+// documents are spread over the whole corpus, not taken from its end, and the
+// same ones on every run.
+bool HeldOut(int64_t index, double fraction) {
+  uint64_t z = static_cast<uint64_t>(index) + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53 < fraction;
+}
+
+// An output file: tokens, and with --chat its loss mask.
+struct Sink {
+  data::TokenFileWriter* tokens = nullptr;
+  data::LossMaskWriter* mask = nullptr;
+  int64_t documents = 0;
+
+  void Write(const Encoded& encoded) {
+    for (uint32_t id : encoded.ids) tokens->Add(id);
+    if (mask != nullptr) {
+      for (uint8_t bit : encoded.trained) mask->Add(bit != 0);
+    }
+    documents += encoded.documents;
+  }
+};
+
 // Worker threads that live as long as the command: the tokenizers' per-thread
 // word caches stay warm from one job to the next (a thread per job would
 // start each job cold).
 class Workers {
  public:
-  Workers(const data::Tokenizer& tokenizer, int threads) : tokenizer_(tokenizer) {
+  Workers(const data::Tokenizer& tokenizer, const data::ChatRenderer* chat, int threads)
+      : tokenizer_(tokenizer), chat_(chat) {
     for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
   }
   ~Workers() {
@@ -118,7 +182,7 @@ class Workers {
   }
   std::future<JobResult> Submit(Job job) {
     std::packaged_task<JobResult()> task(
-        [this, job = std::move(job)] { return EncodeJob(tokenizer_, job); });
+        [this, job = std::move(job)] { return EncodeJob(tokenizer_, chat_, job); });
     std::future<JobResult> result = task.get_future();
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -144,6 +208,7 @@ class Workers {
   }
 
   const data::Tokenizer& tokenizer_;
+  const data::ChatRenderer* chat_;
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::packaged_task<JobResult()>> queue_;
@@ -152,12 +217,21 @@ class Workers {
 };
 
 // Reads the inputs into jobs, encodes them on worker threads, and writes the
-// ids in order.
+// ids in order: each output file gets its documents in input order.
 class Pipeline {
  public:
-  Pipeline(const data::Tokenizer& tokenizer, data::TokenFileWriter& writer, int threads, int64_t total_bytes)
-      : tokenizer_(tokenizer), writer_(writer), threads_(threads), total_bytes_(total_bytes),
-        workers_(tokenizer, threads) {}
+  // `chat`: null for text. `held_out`: null without --split.
+  Pipeline(const data::Tokenizer& tokenizer, const data::ChatRenderer* chat, Sink& kept, Sink* held_out,
+           double split, int threads, int64_t total_bytes)
+      : tokenizer_(tokenizer), kept_(kept), held_out_(held_out), split_(split), threads_(threads),
+        total_bytes_(total_bytes), workers_(tokenizer, chat, threads) {}
+
+  // One conversation (a line of the JSONL file) as a whole document.
+  void AddConversation(std::string line, std::string where) {
+    Part part{std::move(line), true, true};
+    part.where = std::move(where);
+    Emit(std::move(part));
+  }
 
   // Appends text to the open document (opening one if none is).
   void AddText(const char* data, size_t n) {
@@ -177,7 +251,6 @@ class Pipeline {
     if (!job_.parts.empty()) Submit();
     while (!pending_.empty()) WriteOldest();
   }
-  int64_t documents() const { return documents_; }
 
  private:
   // Emits the open document up to its last line start that begins with an
@@ -196,6 +269,8 @@ class Pipeline {
     }
   }
   void Emit(Part part) {
+    if (part.document_start) document_held_out_ = held_out_ != nullptr && HeldOut(next_document_++, split_);
+    part.held_out = document_held_out_;
     job_.bytes += part.text.size();
     job_.parts.push_back(std::move(part));
     if (job_.bytes >= kJobBytes) Submit();
@@ -209,8 +284,8 @@ class Pipeline {
   void WriteOldest() {
     JobResult r = pending_.front().get();
     pending_.pop_front();
-    for (uint32_t id : r.ids) writer_.Add(id);
-    documents_ += r.documents;
+    kept_.Write(r.kept);
+    if (held_out_ != nullptr) held_out_->Write(r.held_out);
     done_bytes_ += r.bytes;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_report_ >= std::chrono::seconds(5)) {
@@ -218,21 +293,24 @@ class Pipeline {
       const double seconds = std::chrono::duration<double>(now - start_).count();
       char line[160];
       std::snprintf(line, sizeof(line), "llmplan: %.1f of %.1f MB, %.1fM tokens, %.1f MB/s\n", done_bytes_ / 1e6,
-                    total_bytes_ / 1e6, writer_.count() / 1e6, done_bytes_ / 1e6 / seconds);
+                    total_bytes_ / 1e6, kept_.tokens->count() / 1e6, done_bytes_ / 1e6 / seconds);
       std::cerr << line << std::flush;
     }
   }
 
   const data::Tokenizer& tokenizer_;
-  data::TokenFileWriter& writer_;
+  Sink& kept_;
+  Sink* held_out_;
+  const double split_;
   const int threads_;
   const int64_t total_bytes_;
   std::string document_;
   bool document_open_ = false;  // parts of the current document already emitted
+  int64_t next_document_ = 0;   // index of the next document to start
+  bool document_held_out_ = false;
   Job job_;
   std::deque<std::future<JobResult>> pending_;
   Workers workers_;  // after pending_: destroyed (joined) first
-  int64_t documents_ = 0;
   int64_t done_bytes_ = 0;
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_report_ = start_;
@@ -266,18 +344,102 @@ void ReadFile(const std::string& path, const std::string& separator_line, Pipeli
   pipeline.EndDocument();
 }
 
+// Feeds a chat JSONL file's conversations to the pipeline, one a line; blank
+// lines are skipped.
+void ReadChatFile(const std::string& path, Pipeline& pipeline) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError("cannot read --chat file '" + path + "' (" + std::strerror(errno) + ")");
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
+    pipeline.AddConversation(std::move(line), path + ":" + std::to_string(number));
+    line = std::string();
+  }
+  if (in.bad()) throw UserError("error reading --chat file '" + path + "'");
+}
+
+// 1234567 -> "1,234,567".
+// REQUIRES: n >= 0.
+std::string Grouped(int64_t n) {
+  const std::string digits = std::to_string(n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+// "1,234 of 5,678 tokens trained (21.7%)"
+std::string TrainedOf(int64_t trained, int64_t tokens) {
+  char percent[32];
+  std::snprintf(percent, sizeof(percent), " (%.1f%%)", tokens > 0 ? 100.0 * trained / tokens : 0.0);
+  return Grouped(trained) + " of " + Grouped(tokens) + " tokens trained" + percent;
+}
+
+// A fraction as given: 0.05, not 0.050000.
+std::string FractionText(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", fraction);
+  return text;
+}
+
+// The held-out file's default name: `out` with ".eval" before its extension.
+std::string DefaultSplitOut(const std::string& out) {
+  const std::filesystem::path path(out);
+  if (!path.has_extension() || path.stem().empty()) return out + ".eval";
+  return (path.parent_path() / (path.stem().string() + ".eval" + path.extension().string())).string();
+}
+
+// Checks the combinations of options that cannot work, before any file is read.
+void CheckPrepareOptions(const PrepareOptions& options) {
+  if (options.chat.empty()) {
+    if (options.inputs.empty()) throw UserError("nothing to tokenize: pass text files, or --chat FILE.jsonl");
+    if (!options.chat_format.empty()) throw UserError("--chat-format needs --chat FILE.jsonl");
+  } else {
+    if (!options.inputs.empty()) {
+      throw UserError("--chat reads its conversations from " + options.chat + ": pass no text files with it (" +
+                      options.inputs[0] + ")");
+    }
+    if (options.tokenizer.empty()) {
+      throw UserError("--chat needs --tokenizer (the model's tokenizer.json or tokenizer.model): the byte-level "
+                      "tokenizer has no special tokens to render a chat format with");
+    }
+    if (!options.eot_token.empty()) {
+      throw UserError("--eot-token applies to text files: with --chat each conversation ends with its chat format's "
+                      "end token");
+    }
+    if (!options.separator_line.empty()) throw UserError("--split-on-line applies to text files, not to --chat");
+  }
+  if (options.split_given && !(options.split > 0 && options.split < 1)) {
+    throw UserError("--split " + FractionText(options.split) +
+                    ": give the fraction of documents to hold out, between 0 and 1 (e.g. 0.05)");
+  }
+  if (!options.split_given && !options.split_out.empty()) throw UserError("--split-out needs --split FRACTION");
+}
+
 void RunPrepare(const PrepareOptions& options) {
+  CheckPrepareOptions(options);
+  const bool chat = !options.chat.empty();
+  const std::vector<std::string> inputs = chat ? std::vector<std::string>{options.chat} : options.inputs;
+  const std::string split_out =
+      !options.split_given ? "" : options.split_out.empty() ? DefaultSplitOut(options.out) : options.split_out;
+  if (!split_out.empty() && split_out == options.out) {
+    throw UserError("--split-out " + split_out + " is also --out: write the held-out tokens elsewhere");
+  }
   // Check every input before creating anything, so a typo costs nothing.
   int64_t total_bytes = 0;
-  for (const std::string& input : options.inputs) {
+  for (const std::string& input : inputs) {
     std::error_code ec;
     const auto status = std::filesystem::status(input, ec);
     if (!std::filesystem::exists(status)) throw UserError("input file '" + input + "' not found");
     if (std::filesystem::is_directory(status)) {
       throw UserError("input '" + input + "' is a directory: pass the text files in it (e.g. " + input + "/*)");
     }
-    if (std::filesystem::exists(options.out) && std::filesystem::equivalent(input, options.out, ec)) {
-      throw UserError("input '" + input + "' is also --out: write the token file elsewhere");
+    for (const std::string& out : {options.out, split_out}) {
+      if (!out.empty() && std::filesystem::exists(out) && std::filesystem::equivalent(input, out, ec)) {
+        throw UserError("input '" + input + "' is also an output (" + out + "): write the token file elsewhere");
+      }
     }
     const auto size = std::filesystem::file_size(input, ec);
     if (!ec) total_bytes += static_cast<int64_t>(size);
@@ -287,38 +449,101 @@ void RunPrepare(const PrepareOptions& options) {
   if (options.tokenizer.empty() && !options.eot_token.empty()) {
     throw UserError("--eot-token needs --tokenizer (the byte-level tokenizer's end of text is 256)");
   }
+  std::unique_ptr<data::ChatRenderer> renderer;
+  if (chat) {
+    const data::ChatFormat format = options.chat_format.empty() ? data::DetectChatFormat(*tokenizer)
+                                                                : data::ParseChatFormat(options.chat_format);
+    renderer = std::make_unique<data::ChatRenderer>(*tokenizer, format);
+  }
   const bool wide = tokenizer->vocab_size() > 65536;
   if (wide && options.format == "raw-u16") {
     throw UserError("the tokenizer's vocabulary (" + std::to_string(tokenizer->vocab_size()) +
                     " ids) needs 4-byte tokens: use --format llmc or raw-u32");
   }
   const int token_bytes = (wide || options.format == "raw-u32") ? 4 : 2;
+  const bool llmc = options.format == "llmc";
   const int threads =
       options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 
-  const std::filesystem::path parent = std::filesystem::path(options.out).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  for (const std::string& out : {options.out, split_out}) {
+    const std::filesystem::path parent = std::filesystem::path(out).parent_path();
+    std::error_code ec;
+    if (!out.empty() && !parent.empty()) std::filesystem::create_directories(parent, ec);
+  }
   const auto start = std::chrono::steady_clock::now();
-  data::TokenFileWriter writer(options.out, options.format == "llmc", token_bytes);
-  Pipeline pipeline(*tokenizer, writer, threads, total_bytes);
-  for (const std::string& input : options.inputs) ReadFile(input, options.separator_line, pipeline);
-  pipeline.Finish();
-  if (writer.count() == 0) throw UserError("the input files hold no text: nothing to write to " + options.out);
-  const int64_t tokens = writer.count();
+  // Every file is written to a temporary and renamed only once all are
+  // complete: an error leaves none of them behind.
+  data::TokenFileWriter writer(options.out, llmc, token_bytes);
+  std::unique_ptr<data::LossMaskWriter> mask;
+  std::unique_ptr<data::TokenFileWriter> split_writer;
+  std::unique_ptr<data::LossMaskWriter> split_mask;
+  if (chat) mask = std::make_unique<data::LossMaskWriter>(data::LossMaskPathFor(options.out));
+  if (!split_out.empty()) {
+    split_writer = std::make_unique<data::TokenFileWriter>(split_out, llmc, token_bytes);
+    if (chat) split_mask = std::make_unique<data::LossMaskWriter>(data::LossMaskPathFor(split_out));
+  }
+  Sink kept{&writer, mask.get()};
+  Sink held_out{split_writer.get(), split_mask.get()};
+  {
+    Pipeline pipeline(*tokenizer, renderer.get(), kept, split_writer ? &held_out : nullptr, options.split, threads,
+                      total_bytes);
+    if (chat) {
+      ReadChatFile(options.chat, pipeline);
+    } else {
+      for (const std::string& input : inputs) ReadFile(input, options.separator_line, pipeline);
+    }
+    pipeline.Finish();
+  }
+  const int64_t documents = kept.documents + held_out.documents;
+  if (documents == 0) {
+    throw UserError(chat ? options.chat + " holds no conversations: nothing to write to " + options.out
+                         : "the input files hold no text: nothing to write to " + options.out);
+  }
+  if (split_writer && (kept.documents == 0 || held_out.documents == 0)) {
+    throw UserError("--split " + FractionText(options.split) + " holds out " + std::to_string(held_out.documents) +
+                    " of the " + std::to_string(documents) + " documents, leaving " +
+                    (kept.documents == 0 ? options.out : split_out) +
+                    " without one: change the fraction or add documents");
+  }
   writer.Commit();
+  if (mask) mask->Commit();
+  if (split_writer) split_writer->Commit();
+  if (split_mask) split_mask->Commit();
+  if (!chat) {
+    // A mask from an earlier --chat run describes other tokens: the loader
+    // would refuse it (or, with the same count, train on the wrong bits).
+    for (const std::string& out : {options.out, split_out}) {
+      std::error_code ec;
+      if (!out.empty()) std::filesystem::remove(data::LossMaskPathFor(out), ec);
+    }
+  }
+
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string width = token_bytes == 2 ? "uint16" : "uint32";
   char rate[96];
   std::snprintf(rate, sizeof(rate), seconds < 10 ? " in %.2f s (%.1f MB/s, %d thread%s)" : " in %.0f s (%.1f MB/s, %d thread%s)", seconds,
                 seconds > 0 ? total_bytes / 1e6 / seconds : 0.0, threads, threads == 1 ? "" : "s");
-  std::cout << "llmplan: wrote " << tokens << " tokens (" << pipeline.documents() << " documents, "
-            << tokenizer->description() << ") to " << options.out << " ("
-            << (options.format == "llmc" ? "llm.c " : "raw ") << width << ")" << rate << "\n";
+  std::cout << "llmplan: wrote " << writer.count() << " tokens (" << kept.documents << " documents, "
+            << tokenizer->description() << ") to " << options.out << " (" << (llmc ? "llm.c " : "raw ") << width
+            << ")";
+  if (split_writer) {
+    std::cout << " and " << split_writer->count() << " tokens (" << held_out.documents << " documents held out by --split "
+              << FractionText(options.split) << ") to " << split_out;
+  }
+  std::cout << rate << "\n";
+  if (chat) {
+    std::cout << "llmplan: chat format " << data::ChatFormatName(renderer->format()) << "; loss mask "
+              << data::LossMaskPathFor(options.out) << ": " << TrainedOf(mask->trained(), mask->count());
+    if (split_mask) {
+      std::cout << "; " << data::LossMaskPathFor(split_out) << ": " << TrainedOf(split_mask->trained(), split_mask->count());
+    }
+    std::cout << "\n";
+  }
 }
 
 // `llmplan data inspect`: what the loader will see — format, token count,
-// largest id (so the model's vocab can be checked before a run starts).
+// largest id (so the model's vocab can be checked before a run starts), and
+// the loss mask beside the file when there is one.
 void RunInspect(const std::string& path, const std::string& format) {
   const data::TokenFile file(path, data::ParseTokenFileFormat(format));
   std::vector<int64_t> chunk(1 << 20);
@@ -327,9 +552,18 @@ void RunInspect(const std::string& path, const std::string& format) {
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(chunk.size()), file.size() - begin);
     max_id = std::max(max_id, file.Read(begin, n, chunk.data()));
   }
+  // The mask of the file the loader reads (a Megatron prefix resolves to its .bin).
+  std::string mask_line;
+  const std::string mask_path = data::LossMaskPathFor(file.path());
+  std::error_code ec;
+  if (std::filesystem::exists(mask_path, ec)) {
+    const data::LossMaskFile mask(mask_path, file.size());
+    mask_line = "loss mask: " + TrainedOf(mask.trained(), mask.size()) + " (" + mask_path + ")\n";
+  }
   std::cout << path << ": format " << data::TokenFileFormatName(file.format()) << ", " << file.size()
             << " tokens of " << file.token_bytes() << " bytes, largest id " << max_id << " (needs vocab >= "
-            << static_cast<int64_t>(max_id) + 1 << ")\n";
+            << static_cast<int64_t>(max_id) + 1 << ")\n"
+            << mask_line;
 }
 
 }  // namespace
@@ -337,14 +571,17 @@ void RunInspect(const std::string& path, const std::string& format) {
 void AddDataCommand(CLI::App& app) {
   CLI::App* data = app.add_subcommand("data", "Prepare and inspect token files for llmplan run");
   data->require_subcommand(1);
-  CLI::App* prepare = data->add_subcommand("prepare", "Tokenize text files into a token file");
+  CLI::App* prepare = data->add_subcommand("prepare", "Tokenize text files, or conversations to fine-tune on, into a token file");
   prepare->footer(
       "Tokenizer: --tokenizer PATH takes a Hugging Face tokenizer.json (BPE: GPT-2, Llama 3, Qwen2, Mistral) or a "
       "SentencePiece tokenizer.model (BPE: Llama 2; unigram: T5-style); each document becomes [bos] tokens "
       "end-of-text. Without it, "
       "byte level: token = byte value 0..255, 256 = end of text after every document (vocab 257; any model with "
       "vocab >= 257 trains on it). Output: llm.c's headered .bin (magic 20240520, uint16 tokens; magic 20240801, "
-      "uint32 tokens when the vocabulary exceeds 65,536) or raw uint16/uint32 (nanoGPT).");
+      "uint32 tokens when the vocabulary exceeds 65,536) or raw uint16/uint32 (nanoGPT). "
+      "Fine-tuning: --chat FILE.jsonl takes one conversation a line ({\"messages\": [{\"role\": \"system\"|\"user\"|"
+      "\"assistant\", \"content\": \"...\"}]}), renders it in the model's chat format and writes OUT.lossmask "
+      "beside OUT: only the assistant's turns are trained (docs/DATA.md).");
   auto options = std::make_shared<PrepareOptions>();
   prepare->add_option("--out,-o", options->out, "Token file to write (replaced atomically when complete)")
       ->required();
@@ -361,10 +598,28 @@ void AddDataCommand(CLI::App& app) {
   prepare->add_option("--split-on-line", options->separator_line,
                       "Also end a document at every line that is exactly this text (dropped), e.g. % for "
                       "fortune files; by default each file is one document");
-  prepare->add_option("files", options->inputs, "Text files to tokenize, in order")->required();
-  prepare->callback([options] { RunPrepare(*options); });
+  prepare->add_option("--chat", options->chat,
+                      "Conversations to fine-tune on, one JSON object a line ({\"messages\": [...]}, OpenAI's "
+                      "layout), instead of text files; needs --tokenizer");
+  prepare->add_option("--chat-format", options->chat_format,
+                      "Chat format of the model: llama3, chatml (Qwen2) or mistral (default: from the tokenizer's "
+                      "special tokens)")
+      ->check(CLI::IsMember({"llama3", "chatml", "mistral"}));
+  CLI::Option* split = prepare->add_option(
+      "--split", options->split,
+      "Hold out this fraction of the documents (0 < FRACTION < 1), chosen by a hash of their index, in a second "
+      "token file");
+  prepare->add_option("--split-out", options->split_out,
+                      "Held-out token file (default: --out with .eval before its extension, train.bin -> "
+                      "train.eval.bin)");
+  prepare->add_option("files", options->inputs, "Text files to tokenize, in order");
+  prepare->callback([options, split] {
+    options->split_given = split->count() > 0;
+    RunPrepare(*options);
+  });
 
-  CLI::App* inspect = data->add_subcommand("inspect", "Print a token file's format, token count and largest id");
+  CLI::App* inspect = data->add_subcommand(
+      "inspect", "Print a token file's format, token count and largest id, and its loss mask's trained tokens");
   auto inspect_path = std::make_shared<std::string>();
   auto inspect_format = std::make_shared<std::string>("auto");
   inspect->add_option("file", *inspect_path, "Token file")->required();
