@@ -20,6 +20,7 @@
 
 #include "executor/checkpoint/crc32c.h"
 #include "executor/checkpoint/remove_tree.h"
+#include "base/atomic_file.h"
 #include "base/user_error.h"
 
 namespace llmplan::checkpoint {
@@ -161,8 +162,37 @@ void CheckpointStore::Abandon(int64_t step) const { RemoveAll(PathOf(step) + kPa
 
 void CheckpointStore::Prune(int keep, int64_t except_partial_step) const {
   const auto steps = CompleteSteps();
-  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) RemoveAll(PathOf(steps[i]));
+  const std::optional<BestCheckpoint> best = Best();
+  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
+    if (!best || steps[i] != best->step) RemoveAll(PathOf(steps[i]));
   RemovePartialsExcept(except_partial_step);
+}
+
+std::optional<BestCheckpoint> CheckpointStore::Best() const {
+  const fs::path path = fs::path(dir_) / "best.json";
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    BestCheckpoint best{j.at("step").get<int64_t>(), j.at("eval_loss").get<double>()};
+    if (best.step < 0) throw std::invalid_argument("negative step");
+    return best;
+  } catch (const std::exception& e) {
+    std::cerr << "llmplan: warning: " << path.string() << " does not read (" << e.what()
+              << "): no checkpoint is kept as the best; it is rewritten at the next evaluation" << std::endl;
+    return std::nullopt;
+  }
+}
+
+void CheckpointStore::SetBest(const std::optional<BestCheckpoint>& best) const {
+  const fs::path path = fs::path(dir_) / "best.json";
+  if (!best) {
+    std::error_code ec;
+    fs::remove(path, ec);
+    return;
+  }
+  const nlohmann::json j = {{"step", best->step}, {"eval_loss", best->eval_loss}, {"checkpoint", CheckpointName(best->step)}};
+  WriteFileAtomically(path.string(), j.dump(2) + "\n", "the best checkpoint's record");
 }
 
 void CheckpointStore::RemovePartials() const { RemovePartialsExcept(-1); }

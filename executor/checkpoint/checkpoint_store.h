@@ -30,6 +30,13 @@ namespace llmplan::checkpoint {
 // "step-00000042".
 std::string CheckpointName(int64_t step);
 
+// The checkpoint of the lowest evaluation loss (llmplan run --keep-best),
+// recorded as CKPT_DIR/best.json {"step", "eval_loss", "checkpoint"}.
+struct BestCheckpoint {
+  int64_t step = 0;
+  double eval_loss = 0;
+};
+
 class CheckpointStore {
  public:
   // REQUIRES: nothing (the directory is created by Begin).
@@ -57,10 +64,18 @@ class CheckpointStore {
   std::string Commit(int64_t step, const CheckpointManifest& manifest) const;
   // Removes the partial directory of `step` (a failed save).
   void Abandon(int64_t step) const;
-  // Keeps the newest `keep` complete checkpoints and removes older ones and
-  // stale partial directories other than `except_partial_step`'s.
+  // Keeps the newest `keep` complete checkpoints — and the best one, when
+  // best.json names one — and removes older ones and stale partial
+  // directories other than `except_partial_step`'s.
   // REQUIRES: keep >= 1.
   void Prune(int keep, int64_t except_partial_step = -1) const;
+  // best.json's checkpoint, if the file is there and reads (a damaged one
+  // is ignored, with a warning).
+  std::optional<BestCheckpoint> Best() const;
+  // Writes best.json (atomically) naming step `best.step`'s checkpoint, or
+  // removes it (nullopt). Throws UserError when it cannot be written.
+  void SetBest(const std::optional<BestCheckpoint>& best) const;
+
   // Removes the partial directories a crash left; complete checkpoints stay
   // (a run may be about to resume from an old one).
   void RemovePartials() const;

@@ -112,6 +112,17 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
     if (m.predicted_at_host_adam_tokens_per_s_per_gpu > 0)
       j["predicted_at_host_adam_tokens_per_s_per_gpu"] = m.predicted_at_host_adam_tokens_per_s_per_gpu;
     if (m.cost.target_tokens > 0) AddCostJson(m.cost, j);
+    if (m.evaluation) {
+      const EvaluationRow& e = *m.evaluation;
+      j["eval_loss"] = e.loss;
+      j["eval_perplexity"] = e.perplexity;
+      j["eval_tokens"] = e.tokens;
+      j["eval_s"] = e.seconds;
+      j["eval_peak_allocated_bytes"] = e.peak_allocated_bytes;
+      if (e.predicted_seconds > 0) j["predicted_eval_s"] = e.predicted_seconds;
+      if (e.predicted_peak_allocated_bytes > 0) j["predicted_eval_peak_allocated_bytes"] = e.predicted_peak_allocated_bytes;
+      j["eval_best"] = e.best;
+    }
     AppendLine(metrics_fd_, "metrics.jsonl", j.dump(), m.step);  // unbuffered: a crashed run leaves every finished step
     const size_t n = measurement.ops.size();
     std::vector<double> start(n), end(n), issued(n);
@@ -153,6 +164,13 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
                 m.tokens_per_s_per_gpu, per_device_.c_str(), vs_plan, 100.0 * m.mfu, m.step_s);
   std::string line = text;
   if (m.cost.target_tokens > 0) line += "  " + CostProgressText(m.cost, per_device_);
+  if (m.evaluation) {
+    const EvaluationRow& e = *m.evaluation;
+    char eval[160];
+    std::snprintf(eval, sizeof eval, "  | eval loss %.4f  ppl %.2f  %.2fs%s", e.loss, e.perplexity, e.seconds,
+                  e.best ? "  (best)" : "");
+    line += eval;
+  }
   if (terminal_) {
     std::cout << "\r\033[K" << line << std::flush;  // rewrite one line in place
   } else {
@@ -198,6 +216,7 @@ void MetricsLog::Finish(const RunSummary& s) {
   j["host_adam_prediction"] = s.host_adam_prediction;
   j["host_memory_growth"] = s.host_memory_growth;
   j["loader_bound_steps"] = s.loader_bound_steps;
+  j["evaluation"] = s.evaluation;
   // Printed before it is written: a summary that cannot be written (a full
   // disk) is still on the terminal.
   if (progress_) Print(s);
@@ -231,6 +250,15 @@ void MetricsLog::Print(const RunSummary& s) {
   if (s.loader_bound_steps > 0)
     std::printf("batches: the steps waited for them %.1f%% of their time; %lld step(s) more than a tenth of their own\n",
                 100.0 * s.data_wait_fraction, static_cast<long long>(s.loader_bound_steps));
+  if (s.evaluation.is_object() && s.evaluation.contains("last")) {
+    const nlohmann::json& e = s.evaluation;
+    std::printf("evaluation: loss %.4f (ppl %.2f) at step %lld on %lld tokens; best %.4f at step %lld%s%s\n",
+                e["last"]["loss"].get<double>(), e["last"]["perplexity"].get<double>(),
+                static_cast<long long>(e["last"]["step"].get<int64_t>()), static_cast<long long>(e["tokens"].get<int64_t>()),
+                e["best"]["loss"].get<double>(), static_cast<long long>(e["best"]["step"].get<int64_t>()),
+                e.value("best_checkpoint", std::string()).empty() ? "" : ", kept as ",
+                e.value("best_checkpoint", std::string()).c_str());
+  }
   if (!s.last_checkpoint.empty()) std::cout << "checkpoint: " << s.last_checkpoint << "\n";
   if (!run_dir_.empty()) std::cout << "metrics: " << run_dir_ << "/metrics.jsonl" << std::endl;
 }

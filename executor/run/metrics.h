@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,19 @@
 #include "planner/step_program.h"
 
 namespace llmplan::executor {
+
+// One evaluation (executor/run/evaluation.h: --eval-data), as the step's
+// metrics line and the summary report it.
+struct EvaluationRow {
+  int64_t step = 0;
+  double loss = 0, perplexity = 0;
+  int64_t tokens = 0;  // the whole job's tokens evaluated
+  double seconds = 0;  // wall time of the evaluation
+  double predicted_seconds = 0;               // the evaluation's program, simulated (0: none)
+  int64_t peak_allocated_bytes = 0;           // this rank's, during the evaluation
+  double predicted_peak_allocated_bytes = 0;  // (0: none)
+  bool best = false;  // the lowest loss so far (with --keep-best: its checkpoint is kept)
+};
 
 struct StepMetrics {
   int64_t step = 0;  // optimizer steps taken, this one included (from 1)
@@ -73,6 +87,10 @@ struct StepMetrics {
   // (TrainConfig::predict_at_host_adam; 0: no offload, or not yet known).
   double predicted_at_host_adam_tokens_per_s_per_gpu = 0;
   CostSnapshot cost;                          // spent so far and projected to the target (run_cost.h)
+  // The evaluation after this step, when there was one: its columns are
+  // eval_loss, eval_perplexity, eval_tokens, eval_s, predicted_eval_s,
+  // eval_peak_allocated_bytes, predicted_eval_peak_allocated_bytes, eval_best.
+  std::optional<EvaluationRow> evaluation;
 };
 
 struct RunSummary {
@@ -120,6 +138,10 @@ struct RunSummary {
   // {from_step, to_step, from_bytes, to_bytes, bytes_per_step,
   // bytes_per_hour}, null when it levelled off.
   nlohmann::json host_memory_growth;
+  // --eval-data: {every, micro_batches, tokens, evaluations, last, best,
+  // mean_s, predicted_s, peak_allocated_bytes,
+  // predicted_peak_allocated_bytes, best_checkpoint}; null without.
+  nlohmann::json evaluation;
 };
 
 class MetricsLog {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "executor/checkpoint/checkpoint_store.h"
 #include "executor/hardware/host_memory.h"
 #include "executor/run/rank_peaks.h"
 #include "executor/sharding/shard_model.h"
@@ -103,7 +104,41 @@ RunReport::RunReport(const TrainConfig& config, const RankSetup& rank, const Tra
   own_peak_.host = HostName();
 }
 
-void RunReport::Step(const StepResult& r, const StepTiming& timing, int64_t steps_taken, int64_t data_position) {
+namespace {
+
+nlohmann::json EvaluationJson(const EvaluationRow& row) {
+  return {{"step", row.step}, {"loss", row.loss}, {"perplexity", row.perplexity}};
+}
+
+}  // namespace
+
+void RunReport::RecordEvaluation(const EvaluationRow& row, const std::optional<EvaluationRow>& best) {
+  nlohmann::json& e = summary_.evaluation;
+  if (!e.is_object())
+    e = {{"every", config_.eval_every},
+         {"micro_batches", config_.eval_program.micro_batches},
+         {"tokens", row.tokens},
+         {"peak_allocated_bytes", int64_t{0}}};
+  eval_seconds_.push_back(row.seconds);
+  e["evaluations"] = eval_seconds_.size();
+  // The first pays for the allocator's warm-up and kernel selection: out of
+  // the mean whenever there is another.
+  const size_t skip = eval_seconds_.size() > 1 ? 1 : 0;
+  double total = 0;
+  for (size_t k = skip; k < eval_seconds_.size(); ++k) total += eval_seconds_[k];
+  e["mean_s"] = total / static_cast<double>(eval_seconds_.size() - skip);
+  e["last"] = EvaluationJson(row);
+  if (best) e["best"] = EvaluationJson(*best);
+  e["best_checkpoint"] = config_.keep_best && best && !config_.ckpt_dir.empty()
+                             ? checkpoint::CheckpointStore(config_.ckpt_dir).PathOf(best->step)
+                             : std::string();
+  e["peak_allocated_bytes"] = std::max(e["peak_allocated_bytes"].get<int64_t>(), row.peak_allocated_bytes);
+  if (row.predicted_seconds > 0) e["predicted_s"] = row.predicted_seconds;
+  if (row.predicted_peak_allocated_bytes > 0) e["predicted_peak_allocated_bytes"] = row.predicted_peak_allocated_bytes;
+}
+
+void RunReport::Step(const StepResult& r, const StepTiming& timing, int64_t steps_taken, int64_t data_position,
+                     const std::optional<EvaluationRow>& evaluation, const std::optional<EvaluationRow>& best) {
   const Plan& plan = config_.plan;
   StepMetrics m;
   m.step = steps_taken;
@@ -136,7 +171,9 @@ void RunReport::Step(const StepResult& r, const StepTiming& timing, int64_t step
   if (!r.update_skipped) PredictAtHostAdam(measured, m.step);
   m.predicted_at_host_adam_tokens_per_s_per_gpu = at_host_adam_tokens_per_s_per_gpu_;
   m.cost = cost_.StepDone(steps_taken, SecondsSince(run_start_), timing.step_s);
+  m.evaluation = evaluation;
   summary_.losses.push_back(r.loss);  // the step is done even if its line cannot be written
+  if (evaluation) RecordEvaluation(*evaluation, best);
   log_.LogStep(m, measured);
 
   summary_.peak_allocated_bytes = std::max(summary_.peak_allocated_bytes, measured.peak_allocated);

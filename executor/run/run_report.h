@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "executor/run/host_memory_watch.h"
 #include "executor/run/loader_watch.h"
@@ -45,7 +47,11 @@ class RunReport {
   // allocator up, left out whenever there is another), the loader warning,
   // and this rank's peak memory file. `steps_taken` counts this one.
   // Throws UserError when the line cannot be written (a full disk).
-  void Step(const StepResult& result, const StepTiming& timing, int64_t steps_taken, int64_t data_position);
+  // `evaluation`: the evaluation after this step, if any, and `best` the
+  // lowest so far (both go into the line and the summary's "evaluation").
+  void Step(const StepResult& result, const StepTiming& timing, int64_t steps_taken, int64_t data_position,
+            const std::optional<EvaluationRow>& evaluation = std::nullopt,
+            const std::optional<EvaluationRow>& best = std::nullopt);
   // The step's measured trace (trace.json), for the run's last step.
   void WriteTrace(const StepProgram& program, const StepMeasurement& measurement);
   void Stopped(int signal);  // SIGINT or SIGTERM: the summary says which
@@ -64,6 +70,7 @@ class RunReport {
   // TrainConfig::predict_at_host_adam, once, from the CPU AdamW ops of the first step that updated.
   void PredictAtHostAdam(const StepMeasurement& measured, int64_t step);
   void RecordPeak(const StepMeasurement& measured, int64_t step);
+  void RecordEvaluation(const EvaluationRow& row, const std::optional<EvaluationRow>& best);
 
   const TrainConfig& config_;
   const RankSetup& rank_;
@@ -76,6 +83,7 @@ class RunReport {
   LoaderWatch loader_watch_;
   HostMemoryWatch host_memory_watch_;
   RunSummary summary_;
+  std::vector<double> eval_seconds_;  // each evaluation's wall time, in order
   // Throughput means over the timed steps.
   double timed_tokens_per_s_ = 0, timed_tokens_per_s_per_gpu_ = 0, timed_mfu_ = 0, timed_hfu_ = 0;
   int64_t timed_steps_ = 0;

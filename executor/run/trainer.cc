@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "executor/comm/communicator.h"
 #include "executor/data/batch_loader.h"
 #include "executor/run/batch_source.h"
+#include "executor/run/evaluation.h"
 #include "executor/run/rank_setup.h"
 #include "executor/run/run_checkpoints.h"
 #include "executor/run/run_report.h"
@@ -45,6 +47,16 @@ void CheckConfig(const TrainConfig& config) {
   if ((config.resume || !config.resume_from.empty()) && !config.init_from.empty())
     throw UserError("--init-from starts a new run and --resume continues one: pass one of them");
   if (config.ckpt_every < 0 || config.ckpt_keep < 1) throw UserError("--ckpt-every must be >= 0 and --ckpt-keep >= 1");
+  if (!config.eval_data.empty()) {
+    if (config.eval_every < 1)
+      throw UserError("--eval-every must be at least 1 (evaluate after every N steps)");
+    const StepProgram& eval = config.eval_program;
+    if (!eval.evaluation || eval.micro_batches < 1 || eval.micro_batch != program.micro_batch ||
+        eval.seq_len != program.seq_len || eval.units.size() != program.units.size())
+      throw std::invalid_argument("TrainConfig.eval_program was not built from TrainConfig.plan (BuildEvaluationProgram)");
+  }
+  if (config.keep_best && (config.eval_data.empty() || config.ckpt_dir.empty()))
+    throw UserError("--keep-best keeps the checkpoint of the lowest evaluation loss: it needs --eval-data and --ckpt-dir");
   if (config.kernel_trace_step < 0 || config.kernel_trace_step > config.steps)
     throw UserError("--kernel-trace " + std::to_string(config.kernel_trace_step) + " is not a step of this run: give 1.." +
                     std::to_string(config.steps) + " (a step after the first, which warms the allocator up)");
@@ -148,6 +160,7 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
   // --- what the run keeps: checkpoints, metrics and summary, a kernel trace ---
   RunCheckpoints checkpoints(config, rank, state);
   RunReport report(config, rank, state, run_start);
+  RunEvaluation evaluation(config, rank, state.start_step());
   StepKernelTrace kernel_trace(config.kernel_trace_step, config.run_dir, rank.rank0, rank.device.is_cuda(),
                                config.read_kernel_trace);
 
@@ -169,7 +182,16 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
       timing.step_s = SecondsSince(step_start);
       timing.kernel_traced = kernel_trace.IsTracedStep(step);
       JudgeStep(bad_steps, result, step, rank, checkpoints);
-      report.Step(result, timing, state.steps_taken(), data.position());
+      // --- the held-out loss; a new best's checkpoint saved before best.json names it ---
+      std::optional<EvaluationRow> evaluated;
+      if (evaluation.Due(step)) {
+        evaluated = evaluation.Evaluate(state.step(), step);
+        if (evaluated->best && evaluation.keeps_best()) {
+          checkpoints.Save(step, data.position());
+          evaluation.RecordBest(*evaluated);
+        }
+      }
+      report.Step(result, timing, state.steps_taken(), data.position(), evaluated, evaluation.best());
       if (step == config.steps) report.WriteTrace(state.step().program(), result.measurement);
       if (const int sig = AgreedStopSignal(rank, step); sig != 0) {
         report.Stopped(sig);

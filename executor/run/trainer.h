@@ -110,6 +110,18 @@ struct TrainConfig {
   // (executor/run/kernel_trace.h): kernel_trace.json and kernel_profile.json
   // in run_dir, written by rank 0.
   int64_t kernel_trace_step = 0;
+  // Evaluation (executor/run/evaluation.h): the loss on eval_data's held-out
+  // tokens after every eval_every steps and after the last, by eval_program
+  // (BuildEvaluationProgram with the micro-batches asked, made above the
+  // executor like `program`), with its predicted seconds and peak allocated
+  // bytes (0: none). keep_best keeps the checkpoint of the lowest
+  // evaluation loss beside the newest ckpt_keep (needs ckpt_dir).
+  std::string eval_data;
+  int64_t eval_every = 0;
+  StepProgram eval_program;
+  double predicted_eval_seconds = 0;
+  double predicted_eval_peak_allocated_bytes = 0;
+  bool keep_best = false;
 };
 
 // Trains config.plan for config.steps optimizer steps on micro-batches from

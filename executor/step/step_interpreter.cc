@@ -224,7 +224,8 @@ StepInterpreter::StepInterpreter(StepProgram program, const LlamaModel& model, s
       offload_(program_.offload.optimizer_on_host),
       params_on_host_(program_.offload.master_on_host),
       stages_every_unit_(program_.offload.staged_per_unit),
-      recorder_(device, std::max<int>(1, static_cast<int>(program_.ops.size()))),
+      step_recorder_(std::make_unique<StepRecorder>(device, std::max<int>(1, static_cast<int>(program_.ops.size())))),
+      recorder_(step_recorder_.get()),
       copies_(std::make_unique<CopyStreams>(device)) {
   const int S = program_.shard_group_size, R = program_.replica_groups;
   auto group_ok = [](Communicator* c, int size) { return size == 1 ? (c == nullptr || c->size() == 1) : (c && c->size() == size); };
@@ -295,7 +296,7 @@ Communicator* StepInterpreter::GroupFor(const StepOp& op) const {
 void StepInterpreter::Track(const StepOp& op, std::shared_ptr<CollectiveWork> work, Communicator* group,
                             std::vector<at::Tensor> keep_alive) {
   if (comms_.watchdog != nullptr) comms_.watchdog->Watch(work, op.name, group->name());
-  recorder_.Collective(op.id, work);
+  recorder_->Collective(op.id, work);
   auto p = std::make_unique<Pending>();
   p->group = group;
   p->work = std::move(work);
@@ -336,9 +337,9 @@ void StepInterpreter::WaitForDeps(const StepOp& op) {
 // ---------------------------------------------------------------------------
 // The step
 
-StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
-  if (static_cast<int64_t>(micro_batches.size()) != program_.micro_batches)
-    throw UserError("step needs " + std::to_string(program_.micro_batches) + " micro-batches, got " +
+void StepInterpreter::LoadBatches(const std::vector<at::Tensor>& micro_batches, int64_t expected) {
+  if (static_cast<int64_t>(micro_batches.size()) != expected)
+    throw UserError("step needs " + std::to_string(expected) + " micro-batches, got " +
                     std::to_string(micro_batches.size()));
   const int64_t vocab = model_.spec().vocab;
   inputs_.clear();
@@ -361,6 +362,25 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
     inputs_.push_back(on_device.narrow(1, 0, program_.seq_len));
     targets_.push_back(on_device.narrow(1, 1, program_.seq_len).reshape({-1}));
   }
+}
+
+void StepInterpreter::Issue(const StepProgram& program, const StepOp& op, int rank) {
+  recorder_->BeforeIssue(op.id);
+  WaitForDeps(op);
+  try {
+    MaybeInjectOutOfMemory(rank, op.id, device_);
+    Perform(op);
+  } catch (const c10::Error& e) {
+    if (!compat::IsOutOfMemory(e)) throw;
+    const compat::MemoryStats stats = compat::ReadMemoryStats(device_, ProcessPeakRssBytes());
+    throw OutOfMemoryError(program, op, rank, device_, MemoryAtFailure{stats.allocated, stats.reserved},
+                           out_of_memory_advice_);
+  }
+  recorder_->AfterIssue(op.id);
+}
+
+StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
+  LoadBatches(micro_batches, program_.micro_batches);
   TORCH_CHECK(pending_.empty(), "a previous step left collectives in flight");
   // Each unit's first reduction this step writes its gradient shard (no
   // zeroing pass over the fp32 gradients first).
@@ -382,22 +402,11 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
 
   StepResult result;
   result.lr = optimizer_.CurrentLearningRate();
-  recorder_.BeginStep();
+  recorder_->BeginStep();
   // The whole step: every op of the program, in its order (step_program.h).
   const int rank = comms_.world != nullptr ? comms_.world->rank() : 0;
   for (const StepOp& op : program_.ops) {
-    recorder_.BeforeIssue(op.id);
-    WaitForDeps(op);
-    try {
-      MaybeInjectOutOfMemory(rank, op.id, device_);
-      Perform(op);
-    } catch (const c10::Error& e) {
-      if (!compat::IsOutOfMemory(e)) throw;
-      const compat::MemoryStats stats = compat::ReadMemoryStats(device_, ProcessPeakRssBytes());
-      throw OutOfMemoryError(program_, op, rank, device_, MemoryAtFailure{stats.allocated, stats.reserved},
-                             out_of_memory_advice_);
-    }
-    recorder_.AfterIssue(op.id);
+    Issue(program_, op, rank);
     executed_.push_back(op.id);
   }
   // Nothing is left in flight but what no op waited for (the step's loss).
@@ -406,7 +415,7 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   // This step's own update, which the next Run (or FinishUpdate) applies.
   if (offload_ && !skip_update_) next_update_ = optimizer_.NextScalars(clip_scale_);
   optimizer_.FinishStep();
-  result.measurement = recorder_.Finish();  // waits for the device
+  result.measurement = recorder_->Finish();  // waits for the device
   const double ranks = comms_.world != nullptr ? comms_.world->size() : 1;
   result.loss = loss_sum_.item<double>() / ranks / static_cast<double>(program_.micro_batches);
   result.grad_norm = grad_norm_;
@@ -434,13 +443,64 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   return result;
 }
 
+EvaluationResult StepInterpreter::Evaluate(const StepProgram& evaluation,
+                                          const std::vector<at::Tensor>& micro_batches) {
+  TORCH_CHECK(evaluation.evaluation && evaluation.units.size() == program_.units.size() &&
+                  evaluation.micro_batch == program_.micro_batch && evaluation.seq_len == program_.seq_len &&
+                  evaluation.loss_chunk_tokens == program_.loss_chunk_tokens,
+              "Evaluate needs an evaluation program built from this step program's plan (BuildEvaluationProgram)");
+  // The parameters of the last finished step: an offloaded update still
+  // pending is applied now instead of beside the next step's first forward
+  // (the same values either way, as before a checkpoint).
+  FinishUpdate();
+  LoadBatches(micro_batches, evaluation.micro_batches);
+  TORCH_CHECK(pending_.empty(), "a previous step left collectives in flight");
+  if (!eval_recorder_ || eval_ops_ != evaluation.ops.size()) {
+    eval_recorder_ = std::make_unique<StepRecorder>(device_, std::max<int>(1, static_cast<int>(evaluation.ops.size())));
+    eval_ops_ = evaluation.ops.size();
+  }
+  // Back to the step's recorder and state however this ends.
+  struct Restore {
+    StepInterpreter* self;
+    ~Restore() {
+      self->recorder_ = self->step_recorder_.get();
+      self->evaluating_ = false;
+      self->eval_hidden_.clear();
+      self->param_staging_.clear();
+      self->inputs_.clear();
+      self->targets_.clear();
+    }
+  } restore{this};
+  recorder_ = eval_recorder_.get();
+  evaluating_ = true;
+  eval_hidden_.clear();
+  param_staging_.clear();
+  loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+
+  EvaluationResult result;
+  recorder_->BeginStep();
+  const int rank = comms_.world != nullptr ? comms_.world->rank() : 0;
+  for (const StepOp& op : evaluation.ops) {
+    TORCH_CHECK(op.kind == OpKind::kAllGather || op.kind == OpKind::kCopyParamsForGather ||
+                    op.kind == OpKind::kForward || op.kind == OpKind::kRelease || op.kind == OpKind::kAllReduceLoss,
+                "op \"", op.name, "\" has no place in an evaluation");
+    Issue(evaluation, op, rank);
+  }
+  while (!pending_.empty()) FinishThrough(pending_.rbegin()->first);
+  copies_->DeviceWaitAll();
+  result.measurement = recorder_->Finish();  // waits for the device
+  const double ranks = comms_.world != nullptr ? comms_.world->size() : 1;
+  result.loss = loss_sum_.item<double>() / ranks / static_cast<double>(evaluation.micro_batches);
+  return result;
+}
+
 void StepInterpreter::Perform(const StepOp& op) {
   using Where = StepRecorder::Where;
   // Compute-stream work, measured on the compute stream.
   auto on_compute = [&](const std::function<void()>& work) {
-    recorder_.Start(op.id, Where::kCurrentStream);
+    recorder_->Start(op.id, Where::kCurrentStream);
     work();
-    recorder_.Stop(op.id, Where::kCurrentStream);
+    recorder_->Stop(op.id, Where::kCurrentStream);
   };
   switch (op.kind) {
     case OpKind::kAllGather: Gather(op); break;
@@ -465,9 +525,9 @@ void StepInterpreter::Perform(const StepOp& op) {
     case OpKind::kCopyGradsToHost: CopyGradsToHost(op); break;
     case OpKind::kCopyMasterToHost: CopyMasterToHost(op); break;
     case OpKind::kCpuOptimizerStep:
-      recorder_.Start(op.id, Where::kHost);
+      recorder_->Start(op.id, Where::kHost);
       CpuOptimizerStep(op);
-      recorder_.Stop(op.id, Where::kHost);
+      recorder_->Stop(op.id, Where::kHost);
       break;
     case OpKind::kCopyParamsToDevice: CopyParamsToDevice(op); break;
     case OpKind::kCopyParamsForGather: CopyParamsForGather(op); break;
@@ -480,6 +540,10 @@ void StepInterpreter::Perform(const StepOp& op) {
 
 void StepInterpreter::Forward(int unit, int mb) {
   TORCH_CHECK(mb >= 0 && mb < static_cast<int>(inputs_.size()), "forward of micro-batch ", mb, " out of range");
+  if (evaluating_) {
+    EvaluationForward(unit, mb);
+    return;
+  }
   const auto& params = units_.at(unit).params();
   Activation a;
   switch (model_.unit_kind(unit)) {
@@ -516,6 +580,32 @@ void StepInterpreter::Forward(int unit, int mb) {
     }
   }
   activations_[{unit, mb}] = std::move(a);
+}
+
+// An evaluation's forward: no graph, and the activation each unit reads is
+// dropped once read (the program frees it there).
+void StepInterpreter::EvaluationForward(int unit, int mb) {
+  at::NoGradGuard no_grad;
+  const auto& params = units_.at(unit).params();
+  switch (model_.unit_kind(unit)) {
+    case UnitKind::kEmbedding: eval_hidden_[mb] = model_.EmbeddingForward(params, inputs_[mb]); break;
+    case UnitKind::kBlock: {
+      at::Tensor& hidden = eval_hidden_.at(mb);
+      hidden = model_.BlockForward(unit - 1, params, hidden, rope_);  // the input dies as the output takes its place
+      break;
+    }
+    case UnitKind::kHead: {
+      const at::Tensor input = std::move(eval_hidden_.at(mb));
+      eval_hidden_.erase(mb);
+      const at::Tensor normed = model_.FinalNorm(params, input);
+      // Detached: a weight that requires grad would make the loss build its gradient.
+      const at::Tensor weight =
+          model_.OutputWeight(params, units_.at(model_.embedding_unit()).params()).detach();
+      loss_sum_ += ChunkedCrossEntropy(normed.reshape({-1, normed.size(-1)}), weight, targets_[mb],
+                                       program_.loss_chunk_tokens, model_.RunsFusedKernels(input));
+      break;
+    }
+  }
 }
 
 void StepInterpreter::Recompute(int unit, int mb) {
@@ -650,7 +740,7 @@ void StepInterpreter::Gather(const StepOp& op) {
     // the unit waits for this op (its event, or the collective), not earlier.
     if (!Sharded(op.unit)) {
       at::Tensor compute = unit.compute();
-      copies_->Run(StreamKind::kHostToDevice, op.id, recorder_, [&] {
+      copies_->Run(StreamKind::kHostToDevice, op.id, *recorder_, [&] {
         at::NoGradGuard no_grad;
         compute.copy_(source, /*non_blocking=*/true);
       });
@@ -663,9 +753,9 @@ void StepInterpreter::Gather(const StepOp& op) {
   }
   if (!Sharded(op.unit)) {
     // One rank holds it all: the gather is the cast master -> compute.
-    recorder_.Start(op.id, StepRecorder::Where::kCurrentStream);
+    recorder_->Start(op.id, StepRecorder::Where::kCurrentStream);
     unit.GatherLocal();
-    recorder_.Stop(op.id, StepRecorder::Where::kCurrentStream);
+    recorder_->Stop(op.id, StepRecorder::Where::kCurrentStream);
     return;
   }
   unit.MaterializeCompute();
@@ -738,7 +828,7 @@ void StepInterpreter::CopyMasterToHost(const StepOp& op) {
   at::Tensor src = std::move(staged->second);
   master_staging_.erase(staged);
   at::Tensor dst = unit.master();
-  copies_->Run(op.stream, op.id, recorder_, [&] { dst.copy_(src, /*non_blocking=*/true); });
+  copies_->Run(op.stream, op.id, *recorder_, [&] { dst.copy_(src, /*non_blocking=*/true); });
   copies_->DeviceWait(op.id);
 }
 
@@ -751,7 +841,7 @@ void StepInterpreter::CopyGradsToHost(const StepOp& op) {
   at::Tensor src = units_.at(op.unit).grad();
   at::Tensor dst = HostGradFor(op.unit);
   const bool copies = stages_every_unit_ || applying_.has_value();
-  copies_->Run(op.stream, op.id, recorder_, [&] {
+  copies_->Run(op.stream, op.id, *recorder_, [&] {
     if (copies) dst.copy_(src, /*non_blocking=*/true);
   });
 }
@@ -805,7 +895,7 @@ void StepInterpreter::CopyParamsForGather(const StepOp& op) {
   // blocks until an event is polled: +4.7 GiB reserved for Llama-3.2-3B).
   at::Tensor src = unit.compute_shard();
   at::Tensor dst;
-  copies_->Run(op.stream, op.id, recorder_, [&] {
+  copies_->Run(op.stream, op.id, *recorder_, [&] {
     dst = at::empty({unit.shard_numel()}, src.options().device(device_).pinned_memory(false));
     dst.copy_(src, /*non_blocking=*/true);
   });
@@ -819,7 +909,7 @@ void StepInterpreter::CopyMasterToDevice(const StepOp& op) {
   at::Tensor src = unit.master();
   at::Tensor dst = at::empty({unit.shard_numel()}, src.options().device(device_).pinned_memory(false));
   master_staging_[op.unit] = dst;
-  copies_->Run(op.stream, op.id, recorder_, [&] { dst.copy_(src, /*non_blocking=*/true); });
+  copies_->Run(op.stream, op.id, *recorder_, [&] { dst.copy_(src, /*non_blocking=*/true); });
 }
 
 void StepInterpreter::CopyParamsToDevice(const StepOp& op) {
@@ -829,7 +919,7 @@ void StepInterpreter::CopyParamsToDevice(const StepOp& op) {
   // Nothing was updated (the run's first step, a skipped update): the shard
   // on the device is current and the staging copy may not be.
   const bool updated = applying_.has_value();
-  copies_->Run(op.stream, op.id, recorder_, [&] {
+  copies_->Run(op.stream, op.id, *recorder_, [&] {
     if (updated) dst.copy_(src, /*non_blocking=*/true);
   });
 }

@@ -62,6 +62,12 @@ struct StepResult {
   double comm_s = 0;       // collectives and copies
 };
 
+// What an evaluation measured (StepInterpreter::Evaluate).
+struct EvaluationResult {
+  double loss = 0;              // mean over the evaluation's micro-batches (and ranks)
+  StepMeasurement measurement;  // every op of the evaluation's program, by id
+};
+
 class StepInterpreter {
  public:
   // Checks that the program can run with these units and communicators.
@@ -94,6 +100,18 @@ class StepInterpreter {
   // that would fit: SetOutOfMemoryAdvice).
   StepResult Run(const std::vector<at::Tensor>& micro_batches);
 
+  // Runs an evaluation (BuildEvaluationProgram, from the plan this step's
+  // program was built from) on its micro-batches, this rank's, shaped as
+  // Run's: forward only, without a gradient, and returns the mean loss. The
+  // training state is read, not written; an offloaded optimizer's pending
+  // update is applied first (FinishUpdate), so the parameters evaluated are
+  // the last finished step's and the run goes on with the same values as
+  // without the evaluation. Every rank must call it alike (the loss is summed
+  // over the world).
+  // REQUIRES: evaluation.evaluation, built for this program's plan;
+  // micro_batches.size() == evaluation.micro_batches. Throws as Run does.
+  EvaluationResult Evaluate(const StepProgram& evaluation, const std::vector<at::Tensor>& micro_batches);
+
   // What the out-of-memory message ends with: how to plan again
   // (planner/replan_advice.h). Empty: the message says what failed only.
   void SetOutOfMemoryAdvice(std::string advice) { out_of_memory_advice_ = std::move(advice); }
@@ -121,6 +139,11 @@ class StepInterpreter {
   struct Pending;                   // a collective in flight
   class CopyStreams;
 
+  // Checks the micro-batches (shape, vocabulary) and moves them to the
+  // device as inputs_ and targets_. REQUIRES: nothing; throws UserError.
+  void LoadBatches(const std::vector<at::Tensor>& micro_batches, int64_t expected);
+  // Issues one op of `program` (measured; out of memory named with the op).
+  void Issue(const StepProgram& program, const StepOp& op, int rank);
   void Perform(const StepOp& op);
   void WaitForDeps(const StepOp& op);
   // Makes the current stream wait for collective `op_id` and every
@@ -131,6 +154,7 @@ class StepInterpreter {
   Communicator* GroupFor(const StepOp& op) const;
 
   void Forward(int unit, int mb);
+  void EvaluationForward(int unit, int mb);
   void Recompute(int unit, int mb);
   void Backward(int unit, int mb);
   void Gather(const StepOp& op);
@@ -167,7 +191,12 @@ class StepInterpreter {
   bool params_on_host_ = false;  // the fp32 master (and, with offload_, the compute shard) lives on the host
   bool stages_every_unit_ = false;  // offload_ with a host buffer per unit, not slots (OffloadLayout)
   std::set<Key> recomputed_;  // (unit, micro-batch) with a recompute op: forward keeps only the input
-  StepRecorder recorder_;
+  // The step's recorder and the evaluation's (its own op ids); recorder_ is
+  // the one in use.
+  std::unique_ptr<StepRecorder> step_recorder_, eval_recorder_;
+  size_t eval_ops_ = 0;
+  StepRecorder* recorder_ = nullptr;
+  bool evaluating_ = false;  // Evaluate: forward ops run EvaluationForward
   // Offload: the pinned host staging (fp32 gradient shards down,
   // compute-dtype shards up; OffloadLayout: one buffer per unit, or slots
   // each the largest unit's shard, unit u taking slot u % slots) and the
@@ -179,6 +208,7 @@ class StepInterpreter {
   // Per-step state.
   std::vector<at::Tensor> inputs_, targets_;  // per micro-batch, on device_
   std::map<Key, Activation> activations_;
+  std::map<int, at::Tensor> eval_hidden_;  // evaluation: micro-batch -> the last unit's output
   std::map<int, at::Tensor> grad_flowing_;  // micro-batch -> dL/d(output of the unit below)
   std::map<int, at::Tensor> reduce_input_;  // unit -> its gradient in the reduce dtype, read by the reduce-scatter
   std::map<int, at::Tensor> reduced_shard_;  // reduce-scatter op id -> the shard it writes

@@ -30,6 +30,7 @@
 
 #include "base/format.h"
 #include "base/user_error.h"
+#include "data/token_file.h"
 #include "executor/checkpoint/checkpoint_store.h"
 #include "executor/checkpoint/manifest.h"
 #include "executor/comm/distributed_env.h"
@@ -73,6 +74,8 @@ struct RunOptions {
   bool no_final_weights = false;
   bool overwrite = false;
   std::string bad_step = "stop";
+  int64_t eval_every = -1;    // -1: not given (evaluate after the last step only)
+  int64_t eval_batches = -1;  // -1: not given (as many as the file holds, at most kDefaultEvalBatches)
   // Options that are TrainConfig fields as they are (checkpoints, resume,
   // --init-from, --spike-factor) are bound to it directly.
   executor::TrainConfig train;
@@ -95,6 +98,56 @@ HardwareProfile ProfileOrDefault(const std::string& name, bool warn) {
 // `llmplan estimate` printed for the plan and `compare` holds the run
 // against. 0 when there is nothing to predict with (no profile, or a disk the
 // profile cannot price).
+// --eval-batches when it is not given: the file's first 16 global
+// micro-batches (fewer when it holds fewer): 16 x micro-batch x GPUs windows,
+// enough that the loss of a small model moves by less than its noise between
+// evaluations, and a few seconds of forward on a GPU for a 1B model.
+constexpr int64_t kDefaultEvalBatches = 16;
+
+// --eval-data, --eval-every, --eval-batches and --keep-best, checked before
+// any rank starts (one line each, nothing written): the evaluation's
+// micro-batches per rank, 0 when there is no evaluation.
+int64_t CheckEvaluation(const RunOptions& o, executor::TrainConfig& config) {
+  const bool asked = o.eval_every != -1 || o.eval_batches != -1 || config.keep_best;
+  if (config.eval_data.empty()) {
+    if (asked)
+      throw UserError("--eval-every, --eval-batches and --keep-best need --eval-data FILE (held-out tokens: "
+                      "llmplan data prepare --split makes one)");
+    return 0;
+  }
+  if (o.eval_every == 0 || o.eval_every < -1)
+    throw UserError("--eval-every must be at least 1 (evaluate after every N steps; leave it out to evaluate "
+                    "after the last step only)");
+  config.eval_every = o.eval_every == -1 ? o.steps : o.eval_every;
+  if (o.eval_batches == 0 || o.eval_batches < -1)
+    throw UserError("--eval-batches must be at least 1 (micro-batches of held-out windows per evaluation)");
+  if (config.keep_best && config.ckpt_dir.empty())
+    throw UserError("--keep-best keeps the checkpoint of the lowest evaluation loss: it needs --ckpt-dir DIR");
+  std::error_code ec;
+  if (std::filesystem::equivalent(config.eval_data, o.data_path, ec))
+    std::cerr << "llmplan: warning: --eval-data is the training file itself: its loss is not held out "
+                 "(llmplan data prepare --split carves a held-out file)\n";
+  const data::TokenFile file(config.eval_data);
+  const Plan& plan = config.plan;
+  const int64_t rows = static_cast<int64_t>(plan.gpus) * plan.micro_batch;
+  const int64_t fit = (file.size() - 1) / plan.seq_len / rows;
+  const int64_t batches = o.eval_batches == -1 ? std::min(kDefaultEvalBatches, fit) : o.eval_batches;
+  if (batches < 1 || batches > fit)
+    throw UserError("--eval-data " + config.eval_data + " holds " + std::to_string(file.size()) + " tokens; " +
+                    std::to_string(std::max<int64_t>(batches, 1)) + " evaluation micro-batch(es) of " +
+                    std::to_string(rows) + " windows of " + std::to_string(plan.seq_len) + " tokens need " +
+                    std::to_string(std::max<int64_t>(batches, 1) * rows * plan.seq_len + 1) +
+                    (o.eval_batches == -1 ? ": give a larger held-out file" : ": lower --eval-batches or give a larger file"));
+  const int64_t needed = batches * rows * plan.seq_len + 1;
+  const int threads = static_cast<int>(std::max(1u, std::min(8u, std::thread::hardware_concurrency())));
+  if (const int64_t at = file.FindTokenAtLeast(static_cast<uint32_t>(plan.model.vocab), needed, threads); at >= 0)
+    throw UserError("--eval-data " + config.eval_data + " holds token id " + std::to_string(file.Token(at)) +
+                    " (token " + std::to_string(at) + "), outside the model's vocabulary of " +
+                    std::to_string(plan.model.vocab) + ": it was made with another tokenizer; prepare it with the "
+                    "training data's");
+  return batches;
+}
+
 double PredictedTokensPerSecondPerGpu(const Plan& plan, const HardwareProfile& profile, const StepProgram& program) {
   if (profile.bf16_peak_flops <= 0) return 0;
   if (plan.OptimizerStateOnNvme() && !HasNvmeRates(profile)) return 0;
@@ -274,6 +327,7 @@ void RunCommand(const RunOptions& o) {
                     std::string(OffloadsOptimizer(config.plan.offload) ? "in host memory" : "on the GPU") +
                     " (llmplan estimate --offload optimizer --offload-to nvme makes one)");
   config.steps = o.steps;
+  const int64_t eval_batches = CheckEvaluation(o, config);
   config.run_dir = o.out;
   config.device = o.cpu ? "cpu" : "cuda";  // cuda:LOCAL_RANK when several processes run
   config.progress = true;
@@ -324,6 +378,8 @@ void RunCommand(const RunOptions& o) {
   config.plan.Validate();
   config.profile = ProfileOrDefault(config.plan.profile, /*warn=*/rank0);
   config.program = BuildStepProgram(config.plan, config.profile);
+  if (eval_batches > 0)
+    config.eval_program = BuildEvaluationProgram(config.plan, config.profile, static_cast<int>(eval_batches));
   // The profile's NCCL settings (doctor --tune), unless the user set them:
   // before any rank starts, so every rank's NCCL reads the same.
   if (!o.cpu) {
@@ -357,6 +413,11 @@ void RunCommand(const RunOptions& o) {
   }
   if (rank0) {
     config.predicted_tokens_per_s_per_gpu = PredictedTokensPerSecondPerGpu(config.plan, config.profile, config.program);
+    if (eval_batches > 0 && config.predicted_tokens_per_s_per_gpu > 0) {
+      const Estimate eval = EvaluateProgram(config.plan, config.profile, config.eval_program);
+      config.predicted_eval_seconds = eval.time.step_seconds;
+      config.predicted_eval_peak_allocated_bytes = eval.memory.peak_allocated_bytes;
+    }
     config.check_prediction = PredictionCheck(config.profile);
     if (!config.plan.OptimizerStateOnNvme())  // there the disk, not the cores, may set the pace
       config.predict_at_host_adam = HostAdamPrediction(config.plan, config.profile, config.program);
@@ -432,6 +493,17 @@ void AddRunCommand(CLI::App& app) {
   run->add_option("--loader-prefetch", options->train.loader_prefetch,
                   "Micro-batches the loader reads ahead (default 4)")
       ->check(CLI::Range(1, 4096));
+  run->add_option("--eval-data", options->train.eval_data,
+                  "Held-out token file: its loss and perplexity, forward only, the same batches every time "
+                  "(llmplan data prepare --split makes one)");
+  run->add_option("--eval-every", options->eval_every,
+                  "Evaluate after every N steps (and after the last; default: after the last only)");
+  run->add_option("--eval-batches", options->eval_batches,
+                  "Micro-batches of held-out windows per evaluation, on every GPU (default: the file's first 16, "
+                  "or fewer when it holds fewer)");
+  run->add_flag("--keep-best", options->train.keep_best,
+                "Keep the checkpoint of the lowest evaluation loss beside the newest --ckpt-keep ones "
+                "(CKPT_DIR/best.json names it; a resumed run goes on comparing against it)");
   run->add_option("--kernel-trace", options->train.kernel_trace_step,
                   "Trace step STEP (from 1) with LibTorch's profiler: RUN_DIR/kernel_trace.json (Perfetto) and "
                   "kernel_profile.json, device time per kernel class (llmplan kernels reads either)")
