@@ -3,6 +3,7 @@
 #include "executor/data/batch_loader.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdint>
 #include <stdexcept>
 #include <thread>
@@ -109,7 +110,7 @@ int64_t SampleOrder::Window(int64_t sample) const {
 // ReadSamples
 
 torch::Tensor ReadSamples(const TokenFile& file, const SampleOrder& order, int64_t first_sample,
-                          int64_t micro_batch, int64_t vocab, bool pin_memory) {
+                          int64_t micro_batch, int64_t vocab, bool pin_memory, const LossMaskFile* mask) {
   const int64_t row = order.seq_len() + 1;
   torch::Tensor tokens =
       torch::empty({micro_batch, row}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(pin_memory));
@@ -123,6 +124,13 @@ torch::Tensor ReadSamples(const TokenFile& file, const SampleOrder& order, int64
       // file rewritten since, and callers of ReadSamples alone.)
       for (int64_t k = 0; k < row; ++k)
         if (out[j * row + k] >= vocab) throw OutOfVocabulary(file, begin + k, out[j * row + k], vocab);
+    }
+    if (mask != nullptr) {
+      // Token k of the window is target k - 1; the first is an input only.
+      std::vector<uint8_t> trained(static_cast<size_t>(row));
+      mask->Copy(begin, row, trained.data());
+      for (int64_t k = 1; k < row; ++k)
+        if (trained[static_cast<size_t>(k)] == 0) out[j * row + k] |= executor::kUntrainedTarget;
     }
   }
   return tokens;
@@ -138,6 +146,10 @@ BatchLoader::BatchLoader(const BatchLoaderOptions& options, DataPosition start)
       pin_memory_(torch::cuda::is_available()),
       start_(start),
       position_(start) {
+  // The mask beside the file, checked against its token count now (a mask
+  // of another file is refused before the first step).
+  const std::string mask_path = LossMaskPathFor(file_->path());
+  if (std::filesystem::exists(mask_path)) mask_ = std::make_unique<LossMaskFile>(mask_path, file_->size());
   if (start.next_sample < 0) {
     throw UserError("data position " + std::to_string(start.next_sample) + " is negative: the checkpoint is corrupt");
   }
@@ -169,7 +181,8 @@ void BatchLoader::Work() {
     const int64_t next_sample = start_.next_sample + index * per_call;
     try {
       const int64_t first = next_sample + static_cast<int64_t>(options_.rank) * options_.micro_batch;
-      item.batch.tokens = ReadSamples(*file_, order_, first, options_.micro_batch, options_.vocab, pin_memory_);
+      item.batch.tokens =
+          ReadSamples(*file_, order_, first, options_.micro_batch, options_.vocab, pin_memory_, mask_.get());
       item.batch.first_sample = first;
       item.batch.next.next_sample = next_sample + per_call;
     } catch (...) {

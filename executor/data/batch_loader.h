@@ -31,6 +31,10 @@
 // (TokenFile::FindTokenAtLeast: 0.3 s per GB from the page cache; a cold
 // file is read once from disk),
 // and each batch is checked again as it is read.
+//
+// A loss mask beside the file (TOKENFILE.lossmask, data/loss_mask.h) is read
+// with it: each target the mask does not train carries kUntrainedTarget
+// (micro_batch.h).
 #pragma once
 
 #include <condition_variable>
@@ -45,7 +49,9 @@
 
 #include <torch/torch.h>
 
+#include "data/loss_mask.h"
 #include "data/token_file.h"
+#include "executor/data/micro_batch.h"
 
 namespace llmplan::data {
 
@@ -86,8 +92,10 @@ class SampleOrder {
 // REQUIRES: first_sample >= 0, micro_batch >= 1, vocab >= 1, pin_memory only
 // when CUDA is available. Throws UserError naming the file and the token and
 // byte offsets of the first id >= vocab.
+// `mask` (may be null): the file's loss mask; targets it does not train get
+// kUntrainedTarget (micro_batch.h).
 torch::Tensor ReadSamples(const TokenFile& file, const SampleOrder& order, int64_t first_sample,
-                          int64_t micro_batch, int64_t vocab, bool pin_memory);
+                          int64_t micro_batch, int64_t vocab, bool pin_memory, const LossMaskFile* mask = nullptr);
 
 struct BatchLoaderOptions {
   std::string path;                                 // token file (see token_file.h)
@@ -142,6 +150,8 @@ class BatchLoader {
   DataPosition position() const;
 
   const TokenFile& file() const { return *file_; }
+  // The loss mask read with the file (null: every target is trained).
+  const LossMaskFile* mask() const { return mask_.get(); }
   const SampleOrder& order() const { return order_; }
   bool pinned() const { return pin_memory_; }
 
@@ -154,6 +164,7 @@ class BatchLoader {
 
   const BatchLoaderOptions options_;
   std::unique_ptr<TokenFile> file_;
+  std::unique_ptr<LossMaskFile> mask_;  // TOKENFILE.lossmask, when there is one
   SampleOrder order_;
   bool pin_memory_;
   const DataPosition start_;

@@ -17,12 +17,12 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& targets, int64_t chunk_tokens, bool fused,
-                            const at::Tensor* weight_grad_into) {
+                            const at::Tensor* weight_grad_into, double denominator) {
 #ifndef LLMPLAN_WITH_CUDA
     (void)fused;  // the kernel exists only in CUDA builds
 #endif
     const int64_t n = hidden.size(0);
-    const double inv_n = 1.0 / static_cast<double>(n);
+    const double inv_n = 1.0 / (denominator > 0 ? denominator : static_cast<double>(n));
     const bool need_grad_hidden = hidden.requires_grad(), need_grad_weight = weight.requires_grad();
     at::Tensor grad_hidden = need_grad_hidden ? at::empty_like(hidden) : at::Tensor();
     // The caller's buffer (its flat gradient), or one of our own.
@@ -88,14 +88,15 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     if (grad_weight.defined()) grad_weight.mul_(g.to(grad_weight.scalar_type()));
     // In the caller's buffer the weight's gradient is in place already.
     return {grad_hidden, into_callers ? at::Tensor() : grad_weight, at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+            at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor ChunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                               int64_t chunk_tokens, bool fused, const at::Tensor& weight_grad_into) {
+                               int64_t chunk_tokens, bool fused, const at::Tensor& weight_grad_into,
+                               double denominator) {
   TORCH_CHECK(chunk_tokens >= 1, "ChunkedCrossEntropy: chunk_tokens must be positive");
   TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
               "ChunkedCrossEntropy: hidden [N, H] and weight [V, H] expected");
@@ -109,8 +110,9 @@ at::Tensor ChunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& weigh
                       weight.scalar_type() == hidden.scalar_type() && targets.scalar_type() == at::kLong;
   // A pointer, not a tensor argument: autograd would take a tensor for an
   // input of the function (and LibTorch 1.13 cannot take an undefined one).
+  TORCH_CHECK(denominator >= 0, "ChunkedCrossEntropy: the denominator must not be negative");
   return ChunkedCrossEntropyFunction::apply(hidden, weight, targets, chunk_tokens, kernel,
-                                            weight_grad_into.defined() ? &weight_grad_into : nullptr);
+                                            weight_grad_into.defined() ? &weight_grad_into : nullptr, denominator);
 }
 
 at::Tensor PlainCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets) {

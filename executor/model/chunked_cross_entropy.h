@@ -44,8 +44,13 @@ namespace llmplan::executor {
 // REQUIRES: chunk_tokens >= 1, N >= 1; weight_grad_into undefined, or
 // contiguous [V, H] in weight's dtype and device, not aliasing hidden or
 // weight, and weight.requires_grad().
+//
+// `denominator`: what the summed loss is divided by — 0 for N (the mean);
+// a loss mask's trained tokens over the step (StepInterpreter: the hidden
+// rows passed are the trained ones, the denominator every micro-batch's).
 at::Tensor ChunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                               int64_t chunk_tokens, bool fused = false, const at::Tensor& weight_grad_into = {});
+                               int64_t chunk_tokens, bool fused = false, const at::Tensor& weight_grad_into = {},
+                               double denominator = 0);
 
 // The plain reference: full logits, fp32 cross-entropy (for tests).
 at::Tensor PlainCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets);

@@ -3,11 +3,14 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 
 #include <ATen/ATen.h>
 
 #include "base/user_error.h"
+#include "data/loss_mask.h"
 #include "data/token_file.h"
+#include "executor/data/micro_batch.h"
 #include "executor/checkpoint/checkpoint_store.h"
 
 namespace llmplan::executor {
@@ -26,6 +29,11 @@ std::vector<at::Tensor> ReadEvaluationBatches(const std::string& path, int64_t m
                     std::to_string(micro_batches) + " evaluation micro-batches of " + std::to_string(world) + " x " +
                     std::to_string(micro_batch) + " windows of " + std::to_string(seq_len) + " tokens need " +
                     std::to_string(needed) + ": lower --eval-batches or give a larger file");
+  // A held-out conversation file's loss mask: the loss is the trained tokens'.
+  std::unique_ptr<data::LossMaskFile> mask;
+  if (const std::string mask_path = data::LossMaskPathFor(file.path()); std::filesystem::exists(mask_path))
+    mask = std::make_unique<data::LossMaskFile>(mask_path, file.size());
+  std::vector<uint8_t> trained(static_cast<size_t>(seq_len + 1));
   std::vector<at::Tensor> batches;
   for (int64_t g = 0; g < micro_batches; ++g) {
     at::Tensor tokens = at::empty({micro_batch, seq_len + 1}, at::TensorOptions().dtype(at::kLong));
@@ -37,6 +45,12 @@ std::vector<at::Tensor> ReadEvaluationBatches(const std::string& path, int64_t m
         throw UserError("--eval-data " + path + " holds token id " + std::to_string(largest) +
                         ", outside the model's vocabulary of " + std::to_string(vocab) +
                         ": it was made with another tokenizer; prepare it with the training data's");
+      if (mask) {
+        int64_t* ids = tokens.data_ptr<int64_t>() + row * (seq_len + 1);
+        mask->Copy(window * seq_len, seq_len + 1, trained.data());
+        for (int64_t k = 1; k <= seq_len; ++k)
+          if (trained[static_cast<size_t>(k)] == 0) ids[k] |= kUntrainedTarget;
+      }
     }
     batches.push_back(tokens);
   }

@@ -72,6 +72,7 @@
 
 #include "executor/comm/collective_watchdog.h"
 #include "executor/comm/communicator.h"
+#include "executor/data/micro_batch.h"
 #include "executor/hardware/host_memory.h"
 #include "executor/model/chunked_cross_entropy.h"
 #include "executor/step/out_of_memory.h"
@@ -344,13 +345,27 @@ void StepInterpreter::LoadBatches(const std::vector<at::Tensor>& micro_batches, 
   const int64_t vocab = model_.spec().vocab;
   inputs_.clear();
   targets_.clear();
-  for (const auto& tokens : micro_batches) {
-    if (tokens.dim() != 2 || tokens.size(0) != program_.micro_batch || tokens.size(1) != program_.seq_len + 1 ||
-        tokens.scalar_type() != at::kLong)
+  trained_rows_.clear();
+  loss_denominator_.clear();
+  int64_t trained_total = 0;
+  bool masked = false;
+  for (const auto& batch : micro_batches) {
+    if (batch.dim() != 2 || batch.size(0) != program_.micro_batch || batch.size(1) != program_.seq_len + 1 ||
+        batch.scalar_type() != at::kLong)
       throw UserError("micro-batch must be int64 [" + std::to_string(program_.micro_batch) + ", " +
-                      std::to_string(program_.seq_len + 1) + "], got " + tokens.toString() + " " +
-                      c10::str(tokens.sizes()));
-    if (tokens.device().is_cpu()) {
+                      std::to_string(program_.seq_len + 1) + "], got " + batch.toString() + " " +
+                      c10::str(batch.sizes()));
+    at::Tensor tokens = batch;
+    at::Tensor rows;  // the trained targets' rows, when a loss mask leaves some out
+    if (batch.device().is_cpu()) {
+      // A loss mask (micro_batch.h): the bit off the ids, the trained targets
+      // listed on the host, so the device never syncs to count them.
+      const at::Tensor untrained = batch.bitwise_and(kUntrainedTarget).ne(0);
+      if (untrained.any().item<bool>()) {
+        tokens = batch.bitwise_and(~kUntrainedTarget);
+        rows = untrained.narrow(1, 1, program_.seq_len).logical_not().reshape({-1}).nonzero().reshape({-1});
+        masked = true;
+      }
       // A few thousand ints: negligible next to the step. On the GPU an
       // out-of-range embedding index is a device assert that kills the run.
       const int64_t lo = tokens.min().item<int64_t>(), hi = tokens.max().item<int64_t>();
@@ -358,10 +373,18 @@ void StepInterpreter::LoadBatches(const std::vector<at::Tensor>& micro_batches, 
         throw UserError("token id " + std::to_string(lo < 0 ? lo : hi) + " is outside the model's vocabulary [0, " +
                         std::to_string(vocab) + ")");
     }
+    trained_total += rows.defined() ? rows.numel() : program_.micro_batch * program_.seq_len;
     at::Tensor on_device = tokens.to(device_, /*non_blocking=*/true);
     inputs_.push_back(on_device.narrow(1, 0, program_.seq_len));
     targets_.push_back(on_device.narrow(1, 1, program_.seq_len).reshape({-1}));
+    trained_rows_.push_back(rows.defined() ? rows.to(device_, /*non_blocking=*/true) : rows);
   }
+  // The loss is the mean over the step's trained targets: each micro-batch's
+  // sum divided by their count over the micro-batches (times the count of
+  // micro-batches, which the step's mean divides by again). Without a mask:
+  // 0, the plain mean of each (the same arithmetic as ever).
+  const double per_micro_batch = static_cast<double>(std::max<int64_t>(trained_total, 1)) / static_cast<double>(expected);
+  loss_denominator_.assign(micro_batches.size(), masked ? per_micro_batch : 0.0);
 }
 
 void StepInterpreter::Issue(const StepProgram& program, const StepOp& op, int rank) {
@@ -573,13 +596,28 @@ void StepInterpreter::Forward(int unit, int mb) {
       if (fused) holder.MaterializeComputeGrad();
       at::Tensor normed = model_.FinalNorm(params, a.input);
       at::Tensor weight = model_.OutputWeight(params, units_.at(model_.embedding_unit()).params());
-      a.output = ChunkedCrossEntropy(normed.reshape({-1, normed.size(-1)}), weight, targets_[mb],
-                                     program_.loss_chunk_tokens, fused, fused ? weight.grad() : at::Tensor());
+      a.output = HeadLoss(normed, weight, mb, fused, fused ? weight.grad() : at::Tensor());
       loss_sum_ += a.output.detach();
       break;
     }
   }
   activations_[{unit, mb}] = std::move(a);
+}
+
+// The micro-batch's loss from the final norm's output: over every target,
+// or, under a loss mask, over the trained ones only (their rows selected, so
+// the masked ones cost no logits and get exactly no gradient).
+at::Tensor StepInterpreter::HeadLoss(const at::Tensor& normed, const at::Tensor& weight, int mb, bool fused,
+                                     const at::Tensor& weight_grad_into) {
+  at::Tensor hidden = normed.reshape({-1, normed.size(-1)});
+  at::Tensor targets = targets_[mb];
+  if (const at::Tensor& rows = trained_rows_[mb]; rows.defined()) {
+    if (rows.numel() == 0) return (normed.sum() * 0).to(at::kFloat);  // nothing trained: zero loss and gradient
+    hidden = hidden.index_select(0, rows);
+    targets = targets.index_select(0, rows);
+  }
+  return ChunkedCrossEntropy(hidden, weight, targets, program_.loss_chunk_tokens, fused, weight_grad_into,
+                             loss_denominator_[mb]);
 }
 
 // An evaluation's forward: no graph, and the activation each unit reads is
@@ -601,8 +639,7 @@ void StepInterpreter::EvaluationForward(int unit, int mb) {
       // Detached: a weight that requires grad would make the loss build its gradient.
       const at::Tensor weight =
           model_.OutputWeight(params, units_.at(model_.embedding_unit()).params()).detach();
-      loss_sum_ += ChunkedCrossEntropy(normed.reshape({-1, normed.size(-1)}), weight, targets_[mb],
-                                       program_.loss_chunk_tokens, model_.RunsFusedKernels(input));
+      loss_sum_ += HeadLoss(normed, weight, mb, model_.RunsFusedKernels(input), at::Tensor());
       break;
     }
   }

@@ -87,7 +87,10 @@ class StepInterpreter {
 
   // Runs one optimizer step on program.micro_batches micro-batches (this
   // rank's), each an int64 [micro_batch, seq_len + 1] token tensor on any device
-  // (inputs are the first seq_len columns, targets the last seq_len).
+  // (inputs are the first seq_len columns, targets the last seq_len; a loss
+  // mask's untrained targets carry kUntrainedTarget, executor/data/micro_batch.h,
+  // read on a CPU batch: the loss is then the mean over the step's trained
+  // targets).
   // Gradients are zeroed at the start, so after Run the units' grad() hold
   // this step's gradients, clipped (with the optimizer offloaded: not
   // clipped; the host update applies the factor). Returns after the device
@@ -155,6 +158,8 @@ class StepInterpreter {
 
   void Forward(int unit, int mb);
   void EvaluationForward(int unit, int mb);
+  at::Tensor HeadLoss(const at::Tensor& normed, const at::Tensor& weight, int mb, bool fused,
+                      const at::Tensor& weight_grad_into);
   void Recompute(int unit, int mb);
   void Backward(int unit, int mb);
   void Gather(const StepOp& op);
@@ -207,6 +212,11 @@ class StepInterpreter {
 
   // Per-step state.
   std::vector<at::Tensor> inputs_, targets_;  // per micro-batch, on device_
+  // Per micro-batch, under a loss mask (executor/data/micro_batch.h): the
+  // rows of the flattened targets that are trained (undefined: all), and
+  // what the head's summed loss is divided by (0: the targets' count).
+  std::vector<at::Tensor> trained_rows_;
+  std::vector<double> loss_denominator_;
   std::map<Key, Activation> activations_;
   std::map<int, at::Tensor> eval_hidden_;  // evaluation: micro-batch -> the last unit's output
   std::map<int, at::Tensor> grad_flowing_;  // micro-batch -> dL/d(output of the unit below)

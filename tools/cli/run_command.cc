@@ -30,6 +30,7 @@
 
 #include "base/format.h"
 #include "base/user_error.h"
+#include "data/loss_mask.h"
 #include "data/token_file.h"
 #include "executor/checkpoint/checkpoint_store.h"
 #include "executor/checkpoint/manifest.h"
@@ -328,6 +329,14 @@ void RunCommand(const RunOptions& o) {
                     " (llmplan estimate --offload optimizer --offload-to nvme makes one)");
   config.steps = o.steps;
   const int64_t eval_batches = CheckEvaluation(o, config);
+  // A loss mask beside the data (data prepare --chat) changes what is
+  // trained: say so, with how much, before anything starts.
+  if (const std::string mask = data::LossMaskPathFor(o.data_path); std::filesystem::exists(mask) &&
+                                                                   executor::ReadDistributedEnv().rank == 0) {
+    const data::LossMaskFile read(mask, data::TokenFile(o.data_path).size());
+    std::printf("llmplan: note: training with the loss mask %s: %.1f%% of the tokens are trained targets\n",
+                mask.c_str(), read.size() > 0 ? 100.0 * static_cast<double>(read.trained()) / static_cast<double>(read.size()) : 0.0);
+  }
   config.run_dir = o.out;
   config.device = o.cpu ? "cpu" : "cuda";  // cuda:LOCAL_RANK when several processes run
   config.progress = true;
