@@ -17,6 +17,16 @@ std::string FormatBytes(double bytes) {
   return buf;
 }
 
+std::string FormatCount(int64_t n) {
+  const std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out = n < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
 std::string FormatSeconds(double s) {
   char buf[64];
   if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);

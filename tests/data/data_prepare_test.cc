@@ -1,7 +1,8 @@
 // `llmplan data prepare` through the built binary: the byte-level tokens and
 // the header it writes, real tokenizers (ids from the reference
 // implementations, tests/data/tokenizers), the order of tokens encoded on
-// several threads, and one-line errors with exit status 2.
+// several threads, the document index beside every token file, --jsonl, and
+// one-line errors with exit status 2.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 
 #include "tests/cli_runner.h"
 
+#include "data/document_index.h"
 #include "data/loss_mask.h"
 #include "data/token_file.h"
 
@@ -47,6 +49,14 @@ class DataPrepareTest : public ::testing::Test {
     file.Read(0, file.size(), tokens.data());
     return tokens;
   }
+  // The document starts in the index beside token file `path`.
+  std::vector<int64_t> Starts(const std::string& path, TokenFileFormat format = TokenFileFormat::kAuto) {
+    return DocumentIndex(DocumentIndexPathFor(path), TokenFile(path, format).size()).starts();
+  }
+  std::string Contents(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
   std::filesystem::path dir_;
 };
 
@@ -61,6 +71,7 @@ TEST_F(DataPrepareTest, BytesThenEndOfTextPerFileInLlmcFormat) {
   EXPECT_EQ(file.format(), TokenFileFormat::kLlmc);  // header: magic 20240520, version 1, count
   EXPECT_EQ(Tokens(out), (std::vector<int64_t>{'H', 'i', '\n', 256, 0xff, 'Z', 256}));
   EXPECT_FALSE(std::filesystem::exists(out + ".tmp." + std::to_string(::getpid())));
+  EXPECT_EQ(Starts(out), (std::vector<int64_t>{0, 4}));
 }
 
 TEST_F(DataPrepareTest, InspectReportsFormatCountAndLargestId) {
@@ -83,6 +94,7 @@ TEST_F(DataPrepareTest, RawFormatAndSeparatorLines) {
   EXPECT_EQ(Tokens(out, TokenFileFormat::kRawU16),
             (std::vector<int64_t>{'o', 'n', 'e', '\n', 256, 't', 'w', 'o', '\r', '\n', 256, 't', 'h', 'r', 'e', 'e', 256}));
   EXPECT_EQ(std::filesystem::file_size(out), 17u * 2);
+  EXPECT_EQ(Starts(out, TokenFileFormat::kRawU16), (std::vector<int64_t>{0, 5, 11}));
 }
 
 TEST_F(DataPrepareTest, MissingInputIsOneLineExitTwoAndKeepsTheOldOutput) {
@@ -172,6 +184,34 @@ TEST_F(DataPrepareTest, SentencePieceModelWritesBosAndEosAroundEachDocument) {
   expected.push_back(2);
   EXPECT_EQ(second, expected);
   EXPECT_EQ(std::count(tokens.begin(), tokens.end(), 1), 2);
+  EXPECT_EQ(Starts(out), (std::vector<int64_t>{0, static_cast<int64_t>(tokens.size() - ids.size() - 2)}));
+}
+
+TEST_F(DataPrepareTest, DocumentStartsAreTheFilesTokenOffsets) {
+  // An empty file is no document; a real tokenizer adds its ids between
+  // <s> and </s>.
+  const std::vector<std::string> texts = {"First file.\n", "", "Second, longer file\nof two lines.\n", "3"};
+  std::string files;
+  for (size_t i = 0; i < texts.size(); ++i) files += " " + WriteText("f" + std::to_string(i) + ".txt", texts[i]);
+  const std::string out = (dir_ / "files.bin").string();
+  const std::string llama2 = " --tokenizer " + kFixtures + "/llama2/tokenizer.model ";
+  ASSERT_EQ(RunLlmplan("data prepare" + llama2 + "-o " + out + files).status, 0);
+  // Each non-empty file alone gives its document's tokens.
+  std::vector<int64_t> offsets, all;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (texts[i].empty()) continue;
+    const std::string one = (dir_ / ("one" + std::to_string(i) + ".bin")).string();
+    const std::string input = (dir_ / ("f" + std::to_string(i) + ".txt")).string();
+    ASSERT_EQ(RunLlmplan("data prepare" + llama2 + "-o " + one + " " + input).status, 0);
+    const std::vector<int64_t> tokens = Tokens(one);
+    EXPECT_EQ(tokens.front(), 1);
+    EXPECT_EQ(Starts(one), std::vector<int64_t>{0});
+    offsets.push_back(static_cast<int64_t>(all.size()));
+    all.insert(all.end(), tokens.begin(), tokens.end());
+  }
+  EXPECT_EQ(Tokens(out), all);
+  EXPECT_EQ(Starts(out), offsets);
+  EXPECT_EQ(offsets.size(), 3u);
 }
 
 TEST_F(DataPrepareTest, ThreadsKeepInputOrderAndBigDocumentsSplitAtLineStarts) {
@@ -193,6 +233,9 @@ TEST_F(DataPrepareTest, ThreadsKeepInputOrderAndBigDocumentsSplitAtLineStarts) {
                          [](char c, int64_t t) { return static_cast<unsigned char>(c) == t; }));
   EXPECT_EQ(tokens.back(), 256);
   EXPECT_EQ(Tokens(one), tokens);
+  // Split into parts and jobs, it is still one document.
+  EXPECT_EQ(Starts(one), std::vector<int64_t>{0});
+  EXPECT_EQ(Starts(two), std::vector<int64_t>{0});
 
   // A real tokenizer over several jobs: the same ids with one thread or two.
   const std::string part = WriteText("part.txt", big.substr(0, size_t{3} << 20));
@@ -202,6 +245,8 @@ TEST_F(DataPrepareTest, ThreadsKeepInputOrderAndBigDocumentsSplitAtLineStarts) {
   ASSERT_EQ(RunLlmplan("data prepare --threads 2" + gpt2 + "--out " + g2 + " " + part).status, 0);
   EXPECT_EQ(Tokens(g1), Tokens(g2));
   EXPECT_GT(Tokens(g1).size(), 500000u);
+  EXPECT_EQ(Starts(g1), Starts(g2));
+  EXPECT_GT(Starts(g1).size(), 1000u);
 }
 
 TEST_F(DataPrepareTest, TokenizerErrorsAreOneLineAndWriteNothing) {
@@ -276,9 +321,11 @@ TEST_F(ChatPrepareTest, Llama3ConversationsAndTheirMask) {
   std::vector<uint8_t> both_bits = bits;
   both_bits.insert(both_bits.end(), bits.begin(), bits.end());
   EXPECT_EQ(Mask(out), both_bits);
+  EXPECT_EQ(Starts(out), (std::vector<int64_t>{0, 23}));  // one document a conversation
 
   const CommandResult inspect = RunLlmplan("data inspect " + out);
   EXPECT_EQ(inspect.status, 0) << inspect.output;
+  EXPECT_NE(inspect.output.find("documents: 2 (mean 23 tokens, longest 23)\n"), std::string::npos) << inspect.output;
   EXPECT_NE(inspect.output.find("loss mask: 6 of 46 tokens trained (13.0%)"), std::string::npos) << inspect.output;
 }
 
@@ -348,6 +395,17 @@ std::vector<std::vector<int64_t>> Documents(const std::vector<int64_t>& tokens, 
   return documents;
 }
 
+// Where each of `documents` begins when they are written back to back.
+std::vector<int64_t> Offsets(const std::vector<std::vector<int64_t>>& documents) {
+  std::vector<int64_t> offsets;
+  int64_t at = 0;
+  for (const auto& document : documents) {
+    offsets.push_back(at);
+    at += static_cast<int64_t>(document.size());
+  }
+  return offsets;
+}
+
 TEST_F(DataPrepareTest, SplitHoldsOutWholeDocumentsNoneTwice) {
   std::string text;
   for (int i = 0; i < 200; ++i) text += "document " + std::to_string(i) + "\n%\n";
@@ -383,6 +441,9 @@ TEST_F(DataPrepareTest, SplitHoldsOutWholeDocumentsNoneTwice) {
   EXPECT_EQ(seen.size(), 200u);
   const std::string first_held(held.front().begin(), held.front().end() - 2);
   EXPECT_LT(std::stoi(first_held.substr(9)), 100);
+  // Each file has its own index, of its own documents.
+  EXPECT_EQ(Starts(out), Offsets(kept));
+  EXPECT_EQ(Starts(eval), Offsets(held));
   // The same documents every time, on any number of threads.
   const std::string again = (dir_ / "again.bin").string(), again_eval = (dir_ / "again.held.bin").string();
   ASSERT_EQ(RunLlmplan("data prepare --threads 1 --split 0.1 --split-out " + again_eval + " --split-on-line % -o " +
@@ -391,6 +452,7 @@ TEST_F(DataPrepareTest, SplitHoldsOutWholeDocumentsNoneTwice) {
             0);
   EXPECT_EQ(Tokens(again), Tokens(out));
   EXPECT_EQ(Tokens(again_eval), Tokens(eval));
+  EXPECT_EQ(Contents(DocumentIndexPathFor(again_eval)), Contents(DocumentIndexPathFor(eval)));
 }
 
 TEST_F(ChatPrepareTest, SplitGivesTheHeldOutFileItsOwnMask) {
@@ -412,6 +474,17 @@ TEST_F(ChatPrepareTest, SplitGivesTheHeldOutFileItsOwnMask) {
   EXPECT_EQ(std::count(kept_bits.begin(), kept_bits.end(), 1), static_cast<ptrdiff_t>(kept.size()));  // "a" <|eot_id|>
   EXPECT_EQ(std::count(held_bits.begin(), held_bits.end(), 1), static_cast<ptrdiff_t>(held.size()));
   EXPECT_NE(r.output.find(eval + ".lossmask: "), std::string::npos) << r.output;
+  // A document a conversation: two of the pieces ending in <|eot_id|>.
+  const auto conversations = [](const std::vector<std::vector<int64_t>>& pieces) {
+    std::vector<std::vector<int64_t>> joined;
+    for (size_t i = 0; i + 1 < pieces.size(); i += 2) {
+      joined.push_back(pieces[i]);
+      joined.back().insert(joined.back().end(), pieces[i + 1].begin(), pieces[i + 1].end());
+    }
+    return joined;
+  };
+  EXPECT_EQ(Starts(out), Offsets(conversations(kept)));
+  EXPECT_EQ(Starts(eval), Offsets(conversations(held)));
 }
 
 TEST_F(DataPrepareTest, SplitErrors) {
@@ -434,5 +507,119 @@ TEST_F(DataPrepareTest, SplitErrors) {
   EXPECT_NE(no_split.output.find("--split-out needs --split FRACTION"), std::string::npos) << no_split.output;
 }
 
+// --jsonl: each line's "text" string is one document, as a file would be.
+TEST_F(DataPrepareTest, JsonlObjectsAreDocumentsLikeFiles) {
+  const std::string first = "First document,\nwith \"quotes\" and \xc3\xa9.\n", second = "Second document.";
+  const std::string jsonl = WriteText("docs.jsonl",
+                                      R"({"text": "First document,\nwith \"quotes\" and \u00e9.\n", "id": 1})"
+                                      "\n\n"
+                                      R"({"meta": {"text": 3}, "text": "", "id": 2})"
+                                      "\n"
+                                      R"({"meta": {"tags": [1, 2]}, "text": "Second document."})");
+  const std::string files = " " + WriteText("first.txt", first) + " " + WriteText("second.txt", second);
+  for (const std::string& tokenizer : {std::string(), " --tokenizer " + kFixtures + "/llama3/tokenizer.json "}) {
+    const std::string from_files = (dir_ / "files.bin").string(), from_jsonl = (dir_ / "jsonl.bin").string();
+    ASSERT_EQ(RunLlmplan("data prepare" + tokenizer + " -o " + from_files + files).status, 0);
+    const CommandResult r = RunLlmplan("data prepare --jsonl" + tokenizer + " -o " + from_jsonl + " " + jsonl);
+    ASSERT_EQ(r.status, 0) << r.output;
+    // The empty text is no document, as an empty file is none.
+    EXPECT_NE(r.output.find(" tokens (2 documents, "), std::string::npos) << r.output;
+    EXPECT_EQ(Tokens(from_jsonl), Tokens(from_files)) << tokenizer;
+    EXPECT_EQ(Starts(from_jsonl), Starts(from_files)) << tokenizer;
+    EXPECT_EQ(Starts(from_jsonl).size(), 2u);
+  }
+  // Another field holds the text.
+  const std::string renamed = WriteText("renamed.jsonl",
+                                        R"({"body": "First document,\nwith \"quotes\" and \u00e9.\n"})"
+                                        "\n"
+                                        R"({"body": "Second document.", "text": 7})"
+                                        "\n");
+  const std::string out = (dir_ / "renamed.bin").string(), bytes = (dir_ / "bytes.bin").string();
+  const CommandResult r = RunLlmplan("data prepare --jsonl --text-field body -o " + out + " " + renamed);
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_EQ(RunLlmplan("data prepare -o " + bytes + files).status, 0);
+  EXPECT_EQ(Tokens(out), Tokens(bytes));
+  EXPECT_EQ(Starts(out), Starts(bytes));
+}
+
+TEST_F(DataPrepareTest, JsonlBadLinesAreOneLineExitTwoAndWriteNothing) {
+  const std::string kept = WriteText("kept.bin", "previous contents");
+  const std::string kept_index = WriteText("kept.bin.docs", "previous index");
+  const std::string fresh = (dir_ / "never.bin").string();
+  const std::string good = R"({"text": "fine"})" "\n";
+  struct Case {
+    std::string name, text, message;
+  };
+  const std::string expected =
+      ": each line must be one JSON object with the document as its \"text\" string (name another field with "
+      "--text-field)";
+  const std::vector<Case> cases = {
+      {"a.jsonl", good + "{\"text\": \"unterminated\n", "a.jsonl:2: not JSON (syntax error at byte "},
+      {"b.jsonl", good + "\n" + R"(["text", "x"])" + "\n", "b.jsonl:3: not a JSON object (array)" + expected},
+      {"c.jsonl", good + R"({"content": "x"})" + "\n" + good, "c.jsonl:2: no \"text\" field" + expected},
+      {"d.jsonl", R"({"text": 42})" "\n" + good, "d.jsonl:1: \"text\" is not a string (number)" + expected},
+      {"e.jsonl", R"({"text": null})", "e.jsonl:1: \"text\" is not a string (null)"},
+      {"f.jsonl", R"({"text": ["a", "b"]})", "f.jsonl:1: \"text\" is not a string (array)"},
+  };
+  for (const Case& c : cases) {
+    const std::string input = WriteText(c.name, c.text);
+    for (const std::string& out : {kept, fresh}) {
+      const CommandResult r = RunLlmplan("data prepare --jsonl -o " + out + " " + input);
+      EXPECT_EQ(r.status, 2) << r.output;
+      EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
+      EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    }
+    EXPECT_EQ(Contents(kept), "previous contents") << c.name;
+    EXPECT_EQ(Contents(kept_index), "previous index") << c.name;
+    EXPECT_FALSE(std::filesystem::exists(fresh)) << c.name;
+    EXPECT_FALSE(std::filesystem::exists(DocumentIndexPathFor(fresh))) << c.name;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+    }
+  }
+  // Options that do not go with --jsonl, and --text-field without it.
+  const std::string input = WriteText("good.jsonl", good);
+  const std::string text = WriteText("t.txt", "text");
+  const std::vector<std::pair<std::string, std::string>> options = {
+      {"--jsonl --chat " + input + " -o " + fresh + " " + input, "pass one or the other"},
+      {"--jsonl --split-on-line % -o " + fresh + " " + input, "--split-on-line applies to text files"},
+      {"--jsonl -o " + fresh, "nothing to tokenize: pass the JSON Lines files to read with --jsonl"},
+      {"--text-field body -o " + fresh + " " + text, "--text-field body needs --jsonl"},
+  };
+  for (const auto& [args, message] : options) {
+    const CommandResult r = RunLlmplan("data prepare " + args);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(fresh)) << args;
+  }
+}
+
+TEST_F(DataPrepareTest, InspectPrintsTheDocuments) {
+  std::string text;
+  for (int i = 0; i < 1233; ++i) text += "ab\n%\n";  // 1,233 documents of 4 tokens
+  text += std::string(2000, 'x');                  // and one of 2,001
+  const std::string out = (dir_ / "tokens.bin").string();
+  ASSERT_EQ(RunLlmplan("data prepare --split-on-line % -o " + out + " " + WriteText("d.txt", text)).status, 0);
+  const CommandResult r = RunLlmplan("data inspect " + out);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(" 6933 tokens of 2 bytes, largest id 256 (needs vocab >= 257)\n"
+                          "documents: 1,234 (mean 6 tokens, longest 2,001)\n"),
+            std::string::npos)
+      << r.output;
+
+  // A broken index is one line, exit status 2; without one, no documents line.
+  std::filesystem::resize_file(DocumentIndexPathFor(out), 40);
+  const CommandResult broken = RunLlmplan("data inspect " + out);
+  EXPECT_EQ(broken.status, 2) << broken.output;
+  EXPECT_NE(broken.output.find(out + ".docs: 40 bytes, but 1234 documents take 9904: the file is truncated"),
+            std::string::npos)
+      << broken.output;
+  EXPECT_EQ(std::count(broken.output.begin(), broken.output.end(), '\n'), 1) << broken.output;
+  std::filesystem::remove(DocumentIndexPathFor(out));
+  const CommandResult none = RunLlmplan("data inspect " + out);
+  EXPECT_EQ(none.status, 0) << none.output;
+  EXPECT_EQ(none.output.find("documents:"), std::string::npos) << none.output;
+}
 }  // namespace
 }  // namespace llmplan::data

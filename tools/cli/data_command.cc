@@ -1,6 +1,6 @@
 // llmplan data prepare: turns text files, or conversations to fine-tune on,
 // into a token file for `llmplan run`; llmplan data inspect: says what a token
-// file (and its loss mask) holds.
+// file (its document index and its loss mask) holds.
 //
 // Tokenizer: --tokenizer PATH (a Hugging Face tokenizer.json or a SentencePiece
 // tokenizer.model, data/tokenizer.h) gives the model's own ids; each document
@@ -15,6 +15,13 @@
 // --threads workers encode; the tokens are written in input order. A line on
 // stderr every 5 s says how far it is; the closing line's time and MB/s are
 // those of reading, encoding and writing (loading the tokenizer excluded).
+//
+// JSON Lines: --jsonl reads the files as one JSON object a line, whose "text"
+// string (--text-field) is one document; the workers parse the lines.
+//
+// Documents: every token file is written with its document index beside it
+// (data/document_index.h), where each document's first token is, so that
+// training can keep attention inside documents.
 //
 // Conversations: --chat FILE.jsonl renders each line's {"messages": [...]} in
 // the model family's chat format (data/chat_format.h), one document each, and
@@ -49,12 +56,15 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "data/chat_format.h"
+#include "data/document_index.h"
 #include "data/loss_mask.h"
 #include "data/token_file.h"
 #include "data/token_file_writer.h"
 #include "data/tokenizer.h"
+#include "base/format.h"
 #include "base/user_error.h"
 #include "tools/cli/commands.h"
 
@@ -70,6 +80,9 @@ struct PrepareOptions {
   std::string tokenizer;       // empty: byte level
   std::string eot_token;
   int threads = 0;             // 0: one per core
+  bool jsonl = false;          // the inputs are JSON Lines, a document a line
+  std::string text_field = "text";
+  bool text_field_given = false;
   std::string chat;            // conversations (JSONL) instead of text files
   std::string chat_format;     // empty: from the tokenizer's special tokens
   bool split_given = false;
@@ -78,7 +91,8 @@ struct PrepareOptions {
 };
 
 // A piece of a document: a whole one, or a part split at a line start; with
-// --chat, one line of the JSONL file (a whole conversation).
+// --chat or --jsonl, one line of a JSONL file (a whole conversation or
+// document).
 struct Part {
   Part(std::string text_in, bool start, bool end)
       : text(std::move(text_in)), document_start(start), document_end(end) {}
@@ -87,7 +101,7 @@ struct Part {
   bool document_start;
   bool document_end;
   bool held_out = false;  // goes to the --split file
-  std::string where;      // --chat: "FILE:LINE", for messages
+  std::string where;      // --chat, --jsonl: "FILE:LINE", for messages
 };
 
 struct Job {
@@ -95,11 +109,20 @@ struct Job {
   size_t bytes = 0;
 };
 
-// What a job gives one output file: ids, with --chat one loss-mask bit per id.
+// What a job gives one output file: ids, with --chat one loss-mask bit per id,
+// and where in ids each document begins (ids.size() when a document's first
+// part gave no ids: its tokens come in a later job).
 struct Encoded {
   std::vector<uint32_t> ids;
   std::vector<uint8_t> trained;
-  int64_t documents = 0;
+  std::vector<size_t> starts;
+};
+
+// How workers turn parts into ids.
+struct Encoding {
+  const data::Tokenizer& tokenizer;
+  const data::ChatRenderer* chat = nullptr;  // --chat: parts are conversations
+  const std::string* jsonl_field = nullptr;  // --jsonl: parts are objects whose field is the document
 };
 
 struct JobResult {
@@ -114,22 +137,56 @@ constexpr size_t kJobBytes = size_t{2} << 20;
 // memory whole).
 constexpr size_t kMaxPartBytes = size_t{8} << 20;
 
-// `chat`: null for text documents.
-JobResult EncodeJob(const data::Tokenizer& tokenizer, const data::ChatRenderer* chat, const Job& job) {
+// The document of a --jsonl line: its object's `field` string. Throws
+// UserError naming `where` ("FILE:LINE") when the line is not such an object.
+std::string JsonlText(const std::string& line, const std::string& field, const std::string& where) {
+  const auto fail = [&](const std::string& what) {
+    return UserError(where + ": " + what + ": each line must be one JSON object with the document as its \"" +
+                     field + "\" string (name another field with --text-field)");
+  };
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw fail("not JSON (syntax error at byte " + std::to_string(e.byte) + ")");
+  }
+  if (!root.is_object()) throw fail(std::string("not a JSON object (") + root.type_name() + ")");
+  const auto it = root.find(field);
+  if (it == root.end()) throw fail("no \"" + field + "\" field");
+  if (!it->is_string()) throw fail("\"" + field + "\" is not a string (" + it->type_name() + ")");
+  return std::move(it->get_ref<std::string&>());
+}
+
+// Appends one document's text: [bos] ids end-of-text.
+void EncodeDocument(const data::Tokenizer& tokenizer, std::string_view text, Encoded& out) {
+  out.starts.push_back(out.ids.size());
+  if (tokenizer.begin_of_text()) out.ids.push_back(*tokenizer.begin_of_text());
+  tokenizer.Encode(text, true, &out.ids);
+  out.ids.push_back(tokenizer.end_of_text());
+}
+
+JobResult EncodeJob(const Encoding& encoding, const Job& job) {
+  const data::Tokenizer& tokenizer = encoding.tokenizer;
   JobResult r;
   r.kept.ids.reserve(job.bytes / 3 + 16);
   for (const Part& part : job.parts) {
     Encoded& out = part.held_out ? r.held_out : r.kept;
-    if (chat != nullptr) {
-      chat->Render(data::ParseChatLine(part.text, part.where), part.where, &out.ids, &out.trained);
-      ++out.documents;
+    if (encoding.chat != nullptr) {
+      out.starts.push_back(out.ids.size());
+      encoding.chat->Render(data::ParseChatLine(part.text, part.where), part.where, &out.ids, &out.trained);
+    } else if (encoding.jsonl_field != nullptr) {
+      const std::string text = JsonlText(part.text, *encoding.jsonl_field, part.where);
+      // An empty text is no document, as an empty file is none.
+      if (!text.empty()) EncodeDocument(tokenizer, text, out);
+    } else if (part.document_start && part.document_end) {
+      EncodeDocument(tokenizer, part.text, out);
     } else {
-      if (part.document_start && tokenizer.begin_of_text()) out.ids.push_back(*tokenizer.begin_of_text());
-      tokenizer.Encode(part.text, part.document_start, &out.ids);
-      if (part.document_end) {
-        out.ids.push_back(tokenizer.end_of_text());
-        ++out.documents;
+      if (part.document_start) {
+        out.starts.push_back(out.ids.size());
+        if (tokenizer.begin_of_text()) out.ids.push_back(*tokenizer.begin_of_text());
       }
+      tokenizer.Encode(part.text, part.document_start, &out.ids);
+      if (part.document_end) out.ids.push_back(tokenizer.end_of_text());
     }
     r.bytes += static_cast<int64_t>(part.text.size());
   }
@@ -148,18 +205,32 @@ bool HeldOut(int64_t index, double fraction) {
   return static_cast<double>(z >> 11) * 0x1.0p-53 < fraction;
 }
 
-// An output file: tokens, and with --chat its loss mask.
+// An output file: tokens, its document index, and with --chat its loss mask.
 struct Sink {
   data::TokenFileWriter* tokens = nullptr;
+  data::DocumentIndexWriter* index = nullptr;
   data::LossMaskWriter* mask = nullptr;
   int64_t documents = 0;
+  // A document has begun whose first token is not written yet. A start is
+  // recorded at its first token, so a document that gave no tokens records
+  // none (two starts at one token would make the index unreadable).
+  bool started = false;
 
   void Write(const Encoded& encoded) {
-    for (uint32_t id : encoded.ids) tokens->Add(id);
+    size_t next = 0;  // the next of encoded.starts
+    for (size_t i = 0; i < encoded.ids.size(); ++i) {
+      for (; next < encoded.starts.size() && encoded.starts[next] == i; ++next) started = true;
+      if (started) {
+        index->StartDocument(tokens->count());
+        ++documents;
+        started = false;
+      }
+      tokens->Add(encoded.ids[i]);
+    }
+    if (next < encoded.starts.size()) started = true;  // a document whose tokens come in the next job
     if (mask != nullptr) {
       for (uint8_t bit : encoded.trained) mask->Add(bit != 0);
     }
-    documents += encoded.documents;
   }
 };
 
@@ -168,8 +239,7 @@ struct Sink {
 // start each job cold).
 class Workers {
  public:
-  Workers(const data::Tokenizer& tokenizer, const data::ChatRenderer* chat, int threads)
-      : tokenizer_(tokenizer), chat_(chat) {
+  Workers(const Encoding& encoding, int threads) : encoding_(encoding) {
     for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
   }
   ~Workers() {
@@ -182,7 +252,7 @@ class Workers {
   }
   std::future<JobResult> Submit(Job job) {
     std::packaged_task<JobResult()> task(
-        [this, job = std::move(job)] { return EncodeJob(tokenizer_, chat_, job); });
+        [this, job = std::move(job)] { return EncodeJob(encoding_, job); });
     std::future<JobResult> result = task.get_future();
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -207,8 +277,7 @@ class Workers {
     }
   }
 
-  const data::Tokenizer& tokenizer_;
-  const data::ChatRenderer* chat_;
+  const Encoding encoding_;
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::packaged_task<JobResult()>> queue_;
@@ -220,14 +289,14 @@ class Workers {
 // ids in order: each output file gets its documents in input order.
 class Pipeline {
  public:
-  // `chat`: null for text. `held_out`: null without --split.
-  Pipeline(const data::Tokenizer& tokenizer, const data::ChatRenderer* chat, Sink& kept, Sink* held_out,
-           double split, int threads, int64_t total_bytes)
-      : tokenizer_(tokenizer), kept_(kept), held_out_(held_out), split_(split), threads_(threads),
-        total_bytes_(total_bytes), workers_(tokenizer, chat, threads) {}
+  // `held_out`: null without --split.
+  Pipeline(const Encoding& encoding, Sink& kept, Sink* held_out, double split, int threads, int64_t total_bytes)
+      : tokenizer_(encoding.tokenizer), kept_(kept), held_out_(held_out), split_(split), threads_(threads),
+        total_bytes_(total_bytes), workers_(encoding, threads) {}
 
-  // One conversation (a line of the JSONL file) as a whole document.
-  void AddConversation(std::string line, std::string where) {
+  // One line of a JSONL file (a conversation, or a --jsonl object) as a whole
+  // document; `where` is "FILE:LINE".
+  void AddLine(std::string line, std::string where) {
     Part part{std::move(line), true, true};
     part.where = std::move(where);
     Emit(std::move(part));
@@ -344,37 +413,26 @@ void ReadFile(const std::string& path, const std::string& separator_line, Pipeli
   pipeline.EndDocument();
 }
 
-// Feeds a chat JSONL file's conversations to the pipeline, one a line; blank
-// lines are skipped.
-void ReadChatFile(const std::string& path, Pipeline& pipeline) {
+// Feeds a JSONL file's lines (--chat conversations, or --jsonl documents) to
+// the pipeline, one a line; blank lines are skipped. `option` names the
+// option the file was given with, for messages.
+void ReadJsonLines(const std::string& path, const std::string& option, Pipeline& pipeline) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError("cannot read --chat file '" + path + "' (" + std::strerror(errno) + ")");
+  if (!in) throw UserError("cannot read " + option + " file '" + path + "' (" + std::strerror(errno) + ")");
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
-    pipeline.AddConversation(std::move(line), path + ":" + std::to_string(number));
+    pipeline.AddLine(std::move(line), path + ":" + std::to_string(number));
     line = std::string();
   }
-  if (in.bad()) throw UserError("error reading --chat file '" + path + "'");
-}
-
-// 1234567 -> "1,234,567".
-// REQUIRES: n >= 0.
-std::string Grouped(int64_t n) {
-  const std::string digits = std::to_string(n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(digits[i]);
-  }
-  return out;
+  if (in.bad()) throw UserError("error reading " + option + " file '" + path + "'");
 }
 
 // "1,234 of 5,678 tokens trained (21.7%)"
 std::string TrainedOf(int64_t trained, int64_t tokens) {
   char percent[32];
   std::snprintf(percent, sizeof(percent), " (%.1f%%)", tokens > 0 ? 100.0 * trained / tokens : 0.0);
-  return Grouped(trained) + " of " + Grouped(tokens) + " tokens trained" + percent;
+  return FormatCount(trained) + " of " + FormatCount(tokens) + " tokens trained" + percent;
 }
 
 // A fraction as given: 0.05, not 0.050000.
@@ -393,6 +451,22 @@ std::string DefaultSplitOut(const std::string& out) {
 
 // Checks the combinations of options that cannot work, before any file is read.
 void CheckPrepareOptions(const PrepareOptions& options) {
+  if (options.jsonl) {
+    if (!options.chat.empty()) {
+      throw UserError("--jsonl reads documents from the files given, --chat conversations from its file: pass one "
+                      "or the other");
+    }
+    if (!options.separator_line.empty()) {
+      throw UserError("--split-on-line applies to text files: with --jsonl each line's \"" + options.text_field +
+                      "\" is one document");
+    }
+    if (options.inputs.empty()) {
+      throw UserError("nothing to tokenize: pass the JSON Lines files to read with --jsonl");
+    }
+    if (options.text_field.empty()) throw UserError("--text-field is empty: name the field that holds the text");
+  } else if (options.text_field_given) {
+    throw UserError("--text-field " + options.text_field + " needs --jsonl (the inputs as JSON Lines)");
+  }
   if (options.chat.empty()) {
     if (options.inputs.empty()) throw UserError("nothing to tokenize: pass text files, or --chat FILE.jsonl");
     if (!options.chat_format.empty()) throw UserError("--chat-format needs --chat FILE.jsonl");
@@ -474,21 +548,26 @@ void RunPrepare(const PrepareOptions& options) {
   // Every file is written to a temporary and renamed only once all are
   // complete: an error leaves none of them behind.
   data::TokenFileWriter writer(options.out, llmc, token_bytes);
+  data::DocumentIndexWriter index(data::DocumentIndexPathFor(options.out));
   std::unique_ptr<data::LossMaskWriter> mask;
   std::unique_ptr<data::TokenFileWriter> split_writer;
+  std::unique_ptr<data::DocumentIndexWriter> split_index;
   std::unique_ptr<data::LossMaskWriter> split_mask;
   if (chat) mask = std::make_unique<data::LossMaskWriter>(data::LossMaskPathFor(options.out));
   if (!split_out.empty()) {
     split_writer = std::make_unique<data::TokenFileWriter>(split_out, llmc, token_bytes);
+    split_index = std::make_unique<data::DocumentIndexWriter>(data::DocumentIndexPathFor(split_out));
     if (chat) split_mask = std::make_unique<data::LossMaskWriter>(data::LossMaskPathFor(split_out));
   }
-  Sink kept{&writer, mask.get()};
-  Sink held_out{split_writer.get(), split_mask.get()};
+  Sink kept{&writer, &index, mask.get()};
+  Sink held_out{split_writer.get(), split_index.get(), split_mask.get()};
   {
-    Pipeline pipeline(*tokenizer, renderer.get(), kept, split_writer ? &held_out : nullptr, options.split, threads,
-                      total_bytes);
+    const Encoding encoding{*tokenizer, renderer.get(), options.jsonl ? &options.text_field : nullptr};
+    Pipeline pipeline(encoding, kept, split_writer ? &held_out : nullptr, options.split, threads, total_bytes);
     if (chat) {
-      ReadChatFile(options.chat, pipeline);
+      ReadJsonLines(options.chat, "--chat", pipeline);
+    } else if (options.jsonl) {
+      for (const std::string& input : inputs) ReadJsonLines(input, "--jsonl", pipeline);
     } else {
       for (const std::string& input : inputs) ReadFile(input, options.separator_line, pipeline);
     }
@@ -506,8 +585,12 @@ void RunPrepare(const PrepareOptions& options) {
                     " without one: change the fraction or add documents");
   }
   writer.Commit();
+  index.Commit(writer.count());
   if (mask) mask->Commit();
-  if (split_writer) split_writer->Commit();
+  if (split_writer) {
+    split_writer->Commit();
+    split_index->Commit(split_writer->count());
+  }
   if (split_mask) split_mask->Commit();
   if (!chat) {
     // A mask from an earlier --chat run describes other tokens: the loader
@@ -543,7 +626,7 @@ void RunPrepare(const PrepareOptions& options) {
 
 // `llmplan data inspect`: what the loader will see — format, token count,
 // largest id (so the model's vocab can be checked before a run starts), and
-// the loss mask beside the file when there is one.
+// the document index and loss mask beside the file when there are.
 void RunInspect(const std::string& path, const std::string& format) {
   const data::TokenFile file(path, data::ParseTokenFileFormat(format));
   std::vector<int64_t> chunk(1 << 20);
@@ -552,10 +635,22 @@ void RunInspect(const std::string& path, const std::string& format) {
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(chunk.size()), file.size() - begin);
     max_id = std::max(max_id, file.Read(begin, n, chunk.data()));
   }
-  // The mask of the file the loader reads (a Megatron prefix resolves to its .bin).
+  // The sidecars of the file the loader reads (a Megatron prefix resolves to
+  // its .bin); both are read before anything is printed, so that a broken one
+  // is the only line.
+  std::string documents_line;
+  const std::string index_path = data::DocumentIndexPathFor(file.path());
+  std::error_code ec;
+  if (std::filesystem::exists(index_path, ec)) {
+    const data::DocumentIndex index(index_path, file.size());
+    int64_t longest = 0;
+    for (int64_t i = 0; i < index.documents(); ++i) longest = std::max(longest, index.Length(i));
+    const int64_t mean = (index.tokens() + index.documents() / 2) / index.documents();
+    documents_line = "documents: " + FormatCount(index.documents()) + " (mean " + FormatCount(mean) + " tokens, longest " +
+                     FormatCount(longest) + ")\n";
+  }
   std::string mask_line;
   const std::string mask_path = data::LossMaskPathFor(file.path());
-  std::error_code ec;
   if (std::filesystem::exists(mask_path, ec)) {
     const data::LossMaskFile mask(mask_path, file.size());
     mask_line = "loss mask: " + TrainedOf(mask.trained(), mask.size()) + " (" + mask_path + ")\n";
@@ -563,7 +658,7 @@ void RunInspect(const std::string& path, const std::string& format) {
   std::cout << path << ": format " << data::TokenFileFormatName(file.format()) << ", " << file.size()
             << " tokens of " << file.token_bytes() << " bytes, largest id " << max_id << " (needs vocab >= "
             << static_cast<int64_t>(max_id) + 1 << ")\n"
-            << mask_line;
+            << documents_line << mask_line;
 }
 
 }  // namespace
@@ -581,7 +676,9 @@ void AddDataCommand(CLI::App& app) {
       "uint32 tokens when the vocabulary exceeds 65,536) or raw uint16/uint32 (nanoGPT). "
       "Fine-tuning: --chat FILE.jsonl takes one conversation a line ({\"messages\": [{\"role\": \"system\"|\"user\"|"
       "\"assistant\", \"content\": \"...\"}]}), renders it in the model's chat format and writes OUT.lossmask "
-      "beside OUT: only the assistant's turns are trained (docs/DATA.md).");
+      "beside OUT: only the assistant's turns are trained (docs/DATA.md). "
+      "Documents: every token file is written with OUT.docs beside it, where each document begins, for "
+      "llmplan run --attention documents.");
   auto options = std::make_shared<PrepareOptions>();
   prepare->add_option("--out,-o", options->out, "Token file to write (replaced atomically when complete)")
       ->required();
@@ -598,6 +695,12 @@ void AddDataCommand(CLI::App& app) {
   prepare->add_option("--split-on-line", options->separator_line,
                       "Also end a document at every line that is exactly this text (dropped), e.g. % for "
                       "fortune files; by default each file is one document");
+  prepare->add_flag("--jsonl", options->jsonl,
+                    "The files are JSON Lines: each line is one JSON object whose \"text\" string is one "
+                    "document (blank lines are skipped)");
+  CLI::Option* text_field = prepare->add_option("--text-field", options->text_field,
+                                                "With --jsonl, the field that holds each document's text (default: "
+                                                "text)");
   prepare->add_option("--chat", options->chat,
                       "Conversations to fine-tune on, one JSON object a line ({\"messages\": [...]}, OpenAI's "
                       "layout), instead of text files; needs --tokenizer");
@@ -612,14 +715,16 @@ void AddDataCommand(CLI::App& app) {
   prepare->add_option("--split-out", options->split_out,
                       "Held-out token file (default: --out with .eval before its extension, train.bin -> "
                       "train.eval.bin)");
-  prepare->add_option("files", options->inputs, "Text files to tokenize, in order");
-  prepare->callback([options, split] {
+  prepare->add_option("files", options->inputs, "Text files (with --jsonl, JSON Lines files) to tokenize, in order");
+  prepare->callback([options, split, text_field] {
     options->split_given = split->count() > 0;
+    options->text_field_given = text_field->count() > 0;
     RunPrepare(*options);
   });
 
   CLI::App* inspect = data->add_subcommand(
-      "inspect", "Print a token file's format, token count and largest id, and its loss mask's trained tokens");
+      "inspect",
+      "Print a token file's format, token count and largest id, its documents, and its loss mask's trained tokens");
   auto inspect_path = std::make_shared<std::string>();
   auto inspect_format = std::make_shared<std::string>("auto");
   inspect->add_option("file", *inspect_path, "Token file")->required();
