@@ -46,6 +46,12 @@ inline std::string TorchVersion() { return TORCH_VERSION; }
 // ---------------------------------------------------------------------------
 // Attention
 
+// The plain attention's softmax dtype: fp32 for bf16 and fp32 inputs (as
+// SDPA's math path), fp64 for fp64 (the exactness tests).
+inline at::ScalarType SoftmaxType(const at::Tensor& q) {
+  return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
 // Causal self-attention. q: [B, H, T, D]; k, v: [B, KV, T, D] with H a
 // multiple of KV (grouped-query attention). Returns [B, H, T, D] in q's dtype.
 inline at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
@@ -69,8 +75,70 @@ inline at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, cons
   at::Tensor scores = at::matmul(q, ke.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
   at::Tensor future = at::ones({t, t}, q.options().dtype(at::kBool)).triu(1);
   scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
-  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  at::Tensor probs = at::softmax(scores, -1, SoftmaxType(q)).to(q.scalar_type());
   return at::matmul(probs, ve);
+#endif
+}
+
+// Whether DocumentAttention runs FlashAttention's variable-length kernel
+// (LibTorch's _flash_attention_forward with cumulative sequence lengths: a
+// CUDA build of LibTorch >= 2.3, bf16 or fp16, heads a multiple of 8 wide up
+// to 256), which computes only the tiles inside each document. Otherwise it
+// runs attention under the layout's block-diagonal mask, which computes every
+// tile of the window and hides the rest (attention_layout.h: the mask exists
+// only then).
+inline bool DocumentAttentionUsesFlash(const at::Device& device, at::ScalarType dtype, int64_t head_dim) {
+#if defined(LLMPLAN_WITH_CUDA) && LLMPLAN_TORCH_AT_LEAST(2, 3)
+  return device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf) && head_dim % 8 == 0 && head_dim <= 256;
+#else
+  (void)device, (void)dtype, (void)head_dim;
+  return false;
+#endif
+}
+
+// Causal self-attention inside each document of a packed window
+// (executor/model/attention_layout.h). q: [B, T, H, D]; k, v: [B, T, KV, D],
+// contiguous in that order (as the projections make them). Returns
+// [B, T, H, D] in q's dtype. cu_seqlens (int32, pieces + 1) and
+// longest_piece drive the flash kernel; `hidden` (bool [B, 1, T, T], true:
+// masked) the composite form.
+// REQUIRES: hidden is defined exactly when !DocumentAttentionUsesFlash(q's).
+inline at::Tensor DocumentAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const at::Tensor& cu_seqlens, int64_t longest_piece, const at::Tensor& hidden) {
+  const int64_t groups = q.size(2) / k.size(2);
+#if defined(LLMPLAN_WITH_CUDA) && LLMPLAN_TORCH_AT_LEAST(2, 3)
+  if (!hidden.defined()) {
+    const int64_t batch = q.size(0), t = q.size(1);
+    // The varlen kernel reads [total tokens, heads, D]: the [B, T, H, D]
+    // tensors as they lie in memory. It indexes the shared k/v heads itself
+    // (grouped-query attention) and has its own backward in autograd.
+    const auto flat = [&](const at::Tensor& x) { return x.view({batch * t, x.size(2), x.size(3)}); };
+    const auto result = at::_flash_attention_forward(flat(q), flat(k), flat(v), cu_seqlens, cu_seqlens, longest_piece,
+                                                     longest_piece, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                                     /*return_debug_mask=*/false, /*scale=*/std::nullopt);
+    return std::get<0>(result).view(q.sizes());
+  }
+#else
+  (void)cu_seqlens, (void)longest_piece;
+#endif
+  TORCH_CHECK(hidden.defined(), "DocumentAttention: this build has no flash kernel for these inputs: pass the mask");
+  const at::Tensor qh = q.transpose(1, 2), kh = k.transpose(1, 2), vh = v.transpose(1, 2);
+#if LLMPLAN_TORCH_AT_LEAST(2, 5)
+  return at::scaled_dot_product_attention(qh, kh, vh, hidden.logical_not(), 0.0, /*is_causal=*/false, {},
+                                          /*enable_gqa=*/groups > 1)
+      .transpose(1, 2);
+#elif LLMPLAN_TORCH_AT_LEAST(2, 0)
+  at::Tensor ke = groups > 1 ? kh.repeat_interleave(groups, 1) : kh;
+  at::Tensor ve = groups > 1 ? vh.repeat_interleave(groups, 1) : vh;
+  return at::scaled_dot_product_attention(qh, ke, ve, hidden.logical_not(), 0.0, /*is_causal=*/false).transpose(1, 2);
+#else
+  // CausalAttention's plain form, the layout's mask in place of the causal one.
+  at::Tensor ke = groups > 1 ? kh.repeat_interleave(groups, 1) : kh;
+  at::Tensor ve = groups > 1 ? vh.repeat_interleave(groups, 1) : vh;
+  at::Tensor scores = at::matmul(qh, ke.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  scores = scores.masked_fill(hidden, -std::numeric_limits<float>::infinity());
+  at::Tensor probs = at::softmax(scores, -1, SoftmaxType(q)).to(q.scalar_type());
+  return at::matmul(probs, ve).transpose(1, 2);
 #endif
 }
 

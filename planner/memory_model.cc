@@ -66,6 +66,20 @@ ActivationShape ShapeOf(const ModelSpec& m, int64_t micro_batch, int64_t seq_len
   return a;
 }
 
+ActivationShape ShapeOfPlan(const Plan& plan, bool cpu_device) {
+  ActivationShape a = ShapeOf(plan.model, plan.micro_batch, plan.seq_len, DTypeBytes(plan.param_dtype),
+                              plan.loss_chunk_tokens, cpu_device, plan.fused_kernels);
+  if (plan.attention == AttentionSpan::kDocuments) {
+    a.documents = true;
+    // torch_compat.h DocumentAttentionUsesFlash: bf16 on a GPU, heads a
+    // multiple of 8 wide up to 256.
+    const int64_t d = plan.model.head_dim;
+    a.document_mask = cpu_device || plan.param_dtype != DType::kBF16 || d % 8 != 0 || d > 256;
+    a.attention_work = a.document_mask ? 1.0 : plan.document_attention_work;
+  }
+  return a;
+}
+
 namespace {
 
 constexpr MemoryCategory kSaved = MemoryCategory::kActivations;
@@ -197,9 +211,14 @@ BlockLocals BlockBody(const ActivationShape& a, const Sizes& z, bool keep_graph,
     const int raw = s.Alloc(kTemp, scores);  // matmul(q, ke^T)
     const int scaled = s.Alloc(kTemp, scores);  // * scale
     s.Free(raw);
-    const int ones = s.Alloc(kTemp, a.seq * a.seq);     // ones({t, t}, bool)
-    const int future = s.Alloc(kSaved, a.seq * a.seq);  // .triu(1): the mask masked_fill keeps
-    s.Free(ones);
+    // The causal mask, made per block: ones({t, t}, bool), .triu(1) kept by
+    // masked_fill. With documents the layout's mask serves every block.
+    int future = -1;
+    if (!a.documents) {
+      const int ones = s.Alloc(kTemp, a.seq * a.seq);
+      future = s.Alloc(kSaved, a.seq * a.seq);
+      s.Free(ones);
+    }
     const int masked = s.Alloc(kTemp, scores);
     s.Free(scaled);
     const int probs32 = s.Alloc(kSaved, scores / z.c * 4);  // softmax(.., kFloat): kept by its backward
@@ -265,6 +284,22 @@ BlockLocals BlockBody(const ActivationShape& a, const Sizes& z, bool keep_graph,
 
 SavedTensors EmbeddingForward(const ActivationShape& a, MemoryScript& s) {
   SavedTensors out;
+  if (a.documents) {
+    // The micro-batch's attention layout (attention_layout.h DocumentLayout):
+    // its int32 buffer copied up, cos and sin gathered per token, and the
+    // mask where attention runs under one.
+    const double head_dim = a.heads > 0 ? a.q / a.heads : 0;
+    out.saved.push_back(s.Alloc(kSaved, 4 * (3 * a.tokens + 1)));
+    out.saved.push_back(s.Alloc(kSaved, a.compute_bytes * a.tokens * head_dim));  // cos
+    out.saved.push_back(s.Alloc(kSaved, a.compute_bytes * a.tokens * head_dim));  // sin
+    if (a.document_mask) {
+      const int key = s.Alloc(kTemp, 4 * a.seq);                           // arange(T)
+      out.saved.push_back(s.Alloc(kSaved, a.batch * a.seq * a.seq));       // key < first: [B, T, T] bool
+      const int later = s.Alloc(kTemp, a.seq * a.seq);                     // key > query: [1, T, T]
+      s.Free(later);
+      s.Free(key);
+    }
+  }
   out.output = s.Alloc(kSaved, a.compute_bytes * a.hidden * a.tokens);  // at::embedding(weight, tokens)
   return out;
 }
@@ -442,6 +477,7 @@ void EmbeddingBackward(const ActivationShape& a, const SavedTensors& forward, in
   s.Free(dense);
   s.Free(flowing);
   s.Free(forward.output);
+  s.FreeAll(forward.saved);  // the attention layout (documents), its last reader done
 }
 
 double CheckpointStagingBytesPerRank(const StepProgram& program) {

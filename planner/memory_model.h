@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "planner/model_spec.h"
+#include "planner/plan.h"
 #include "planner/step_program.h"
 
 namespace llmplan {
@@ -76,10 +77,23 @@ struct ActivationShape {
   // GPU, shapes fitting base/block_kernel_shapes.h: RMSNorm, RoPE and SwiGLU
   // are the executor's fused kernels; otherwise LibTorch's composite ops.
   bool fused_kernels = true;
+  // Attention kept inside documents (Plan::attention): each micro-batch's
+  // layout (executor/model/attention_layout.h) lives from its embedding's
+  // forward to its backward. document_mask: attention runs under the
+  // layout's [B, 1, T, T] mask (the CPU; fp32, heads flash cannot take), not
+  // as the flash varlen kernel. attention_work: the attention FLOPs' share
+  // of a whole window's (Plan::document_attention_work; 1 under the mask,
+  // which computes every tile).
+  bool documents = false;
+  bool document_mask = false;
+  double attention_work = 1;
 };
 // fused_kernels: Plan::fused_kernels (the kernels run only on a GPU).
 ActivationShape ShapeOf(const ModelSpec& model, int64_t micro_batch, int64_t seq_len, int compute_bytes,
                         int64_t loss_chunk_tokens, bool cpu_device, bool fused_kernels);
+// The shape of one of `plan`'s micro-batches: ShapeOf with its fields, and
+// its attention.
+ActivationShape ShapeOfPlan(const Plan& plan, bool cpu_device);
 
 // What one unit's forward leaves for its backward.
 struct SavedTensors {

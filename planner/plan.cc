@@ -57,6 +57,14 @@ OffloadTier ParseOffloadTier(const std::string& name) {
   throw UserError("unknown offload destination '" + name + "': use host or nvme");
 }
 
+std::string AttentionSpanName(AttentionSpan a) { return a == AttentionSpan::kDocuments ? "documents" : "window"; }
+
+AttentionSpan ParseAttentionSpan(const std::string& name) {
+  if (name == "window") return AttentionSpan::kWindow;
+  if (name == "documents") return AttentionSpan::kDocuments;
+  throw UserError("unknown attention '" + name + "' (use window or documents)");
+}
+
 std::string OffloadStagingName(OffloadStaging s) { return s == OffloadStaging::kUnit ? "unit" : "slots"; }
 
 OffloadStaging ParseOffloadStaging(const std::string& name) {
@@ -158,6 +166,9 @@ void Plan::Validate() const {
     fail("micro_batch x grad_accum x gpus x seq_len is over 2^53 tokens per step");
   if (prefetch_depth < 0 || prefetch_depth > 8) fail("prefetch_depth must be between 0 and 8");
   if (loss_chunk_tokens < 1) fail("loss_chunk_tokens must be positive");
+  if (!(document_attention_work > 0 && document_attention_work <= static_cast<double>(seq_len)))
+    fail("document_attention_work must be above 0 and at most seq_len: the documents' attention work over a whole "
+         "window's");
   for (size_t i = 0; i < checkpoint_layers.size(); ++i) {
     int l = checkpoint_layers[i];
     if (l < 0 || l >= model.layers)
@@ -236,6 +247,7 @@ std::string PlanSummary(const Plan& p) {
   if (p.replicate_edges) s += ", edges whole";
   if (p.cast_at_gather) s += ", cast at gather";
   if (!p.fused_kernels) s += ", composite kernels";
+  if (p.attention == AttentionSpan::kDocuments) s += ", attention in documents";
   return s;
 }
 
@@ -278,6 +290,10 @@ nlohmann::json PlanToJson(const Plan& p) {
   // stages nothing on the host.
   if (OffloadsOptimizer(p.offload)) j["offload_staging"] = OffloadStagingName(p.offload_staging);
   if (p.cast_at_gather) j["cast_at_gather"] = true;  // absent in every plan file before it
+  if (p.attention == AttentionSpan::kDocuments) {  // absent: "window", as every plan file before it
+    j["attention"] = AttentionSpanName(p.attention);
+    j["document_attention_work"] = p.document_attention_work;
+  }
   return j;
 }
 
@@ -325,6 +341,8 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
   p.prefetch_depth = static_cast<int>(r.Integer("prefetch_depth", 0, 8, 1));
   p.fused_kernels = r.Bool("fused_kernels", true);
   p.loss_chunk_tokens = r.Integer("loss_chunk_tokens", 1, int64_t{1} << 30, kDefaultLossChunkTokens);
+  p.attention = ParseAttentionSpan(r.String("attention", "window"));
+  p.document_attention_work = r.NumberIn("document_attention_work", 1e-9, 1e9, 1.0);
   p.param_dtype = ParseDType(r.String("param_dtype", "bf16"));
   p.reduce_dtype = ParseDType(r.String("reduce_dtype", "fp32"));
   p.seed = static_cast<uint64_t>(r.Integer("seed", 0, int64_t{1} << 53, 1234));

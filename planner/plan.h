@@ -68,6 +68,16 @@ OffloadTier ParseOffloadTier(const std::string& name);  // throws UserError list
 std::string OffloadStagingName(OffloadStaging s);  // "unit", "slots"
 OffloadStaging ParseOffloadStaging(const std::string& name);  // throws UserError listing the names
 
+// How far attention reaches inside a micro-batch's window of seq_len tokens
+// (executor/model/attention_layout.h).
+//   kWindow     each row is one sequence: every token attends to all before it.
+//   kDocuments  a packed window holds several documents (data/document_index.h):
+//               each token attends only to its own document, and positions
+//               restart at each document's first token.
+enum class AttentionSpan { kWindow, kDocuments };
+std::string AttentionSpanName(AttentionSpan a);  // "window", "documents"
+AttentionSpan ParseAttentionSpan(const std::string& name);  // throws UserError listing the names
+
 enum class DType { kBF16, kFP32 };
 std::string DTypeName(DType d);  // "bf16", "fp32"
 DType ParseDType(const std::string& name);
@@ -170,6 +180,20 @@ struct Plan {
   // Tokens per chunk of the chunked cross-entropy (the fp32 logits never
   // exist whole); JSON "loss_chunk_tokens", default kDefaultLossChunkTokens.
   int64_t loss_chunk_tokens = kDefaultLossChunkTokens;
+
+  // --- attention ---
+  // JSON "attention", default "window"; `llmplan run --attention documents`.
+  AttentionSpan attention = AttentionSpan::kWindow;
+  // With kDocuments: the attention kernel's work on the data's windows over
+  // its work on whole windows: the mean over the windows of the causal
+  // tiles inside their pieces over a whole window's (below 1 for all but
+  // the shortest windows; above 1 where many pieces end in nearly empty
+  // tiles)
+  // (data/document_pieces.h DocumentAttentionWork, measured from the token
+  // file's document index). Where attention runs under a mask (the CPU,
+  // fp32) every tile is computed and the planner ignores it. JSON
+  // "document_attention_work", written with kDocuments, default 1.
+  double document_attention_work = 1.0;
 
   // --- dtypes ---
   DType param_dtype = DType::kBF16;   // compute copies

@@ -172,6 +172,8 @@ class Searcher {
     plan.optimizer = req_.optimizer;
     plan.prefetch_depth = req_.prefetch_depth;
     plan.fused_kernels = req_.fused_kernels;
+    plan.attention = req_.attention;
+    plan.document_attention_work = req_.document_attention_work;
     plan.loss_chunk_tokens = req_.loss_chunk_tokens.value_or(kDefaultLossChunkTokens);
     plan.strategy = c.strategy;
     plan.shard_group_size = c.group;

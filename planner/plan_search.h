@@ -71,6 +71,8 @@ struct SearchRequest {
   // kDefaultLossChunkTokens, and a longer chunk tried on the best plan.
   std::optional<int64_t> loss_chunk_tokens;
   bool fused_kernels = true;  // Plan::fused_kernels
+  AttentionSpan attention = AttentionSpan::kWindow;  // Plan::attention
+  double document_attention_work = 1.0;              // Plan::document_attention_work
 };
 
 struct RankedAlternative {

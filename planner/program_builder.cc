@@ -97,6 +97,7 @@ void DescribeRun(const Plan& plan, StepProgram& program) {
   program.micro_batch = plan.micro_batch;
   program.seq_len = plan.seq_len;
   program.loss_chunk_tokens = plan.loss_chunk_tokens;
+  program.document_attention = plan.attention == AttentionSpan::kDocuments;
   program.compute_dtype = plan.param_dtype;
   program.reduce_dtype = plan.reduce_dtype;
   program.gpus = plan.gpus;
@@ -116,8 +117,7 @@ ProgramBuilder::ProgramBuilder(const Plan& plan, const HardwareProfile& profile,
     : plan_(plan),
       profile_(profile),
       op_names_(op_names),
-      shape_(ShapeOf(plan.model, plan.micro_batch, plan.seq_len, DTypeBytes(plan.param_dtype), plan.loss_chunk_tokens,
-                     profile.device_kind == "cpu", plan.fused_kernels)),
+      shape_(ShapeOfPlan(plan, profile.device_kind == "cpu")),
       memory_calls_(shape_, OutputMatrixParams(), static_cast<double>(plan.model.EmbeddingParams())) {}
 
 StepProgram ProgramBuilder::Build() {

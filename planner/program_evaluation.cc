@@ -14,6 +14,7 @@ int ProgramBuilder::EvaluationForward(int mb) {
   std::vector<int> gather(static_cast<size_t>(n), -1);
   int previous = -1;  // the unit below's forward op
   int input = -1;     // its output: this unit's input (a tensor)
+  std::vector<int> layout;  // the embedding's attention layout (documents): every block reads it
   for (int u = 0; u < n; ++u) {
     if (GathersParams(u)) gather[u] = Gather(u, mb, false);
     const UnitKind kind = UnitAt(u).kind;
@@ -35,12 +36,17 @@ int ProgramBuilder::EvaluationForward(int mb) {
     tensors_.Free(input, op.alloc_at_start);
     // Whatever the call would keep for a backward dies with it (a forward
     // without a graph keeps nothing but its output).
-    for (size_t k = 0; k + 1 < call_result_.size(); ++k) tensors_.Free(call_result_[k], op.alloc_at_start);
+    // The embedding's is the attention layout, kept until the head.
+    for (size_t k = 0; k + 1 < call_result_.size(); ++k) {
+      if (kind == UnitKind::kEmbedding) layout.push_back(call_result_[k]);
+      else tensors_.Free(call_result_[k], op.alloc_at_start);
+    }
     input = call_result_.empty() ? -1 : call_result_.back();
     // The head's output is the micro-batch's loss, added to the sum and dropped.
     if (kind == UnitKind::kHead) {
       tensors_.Free(input, op.alloc_at_start);
       input = -1;
+      for (int id : layout) tensors_.Free(id, op.alloc_at_start);
     }
     previous = Add(std::move(op));
     if (GathersParams(u) && !KeepsParamsThroughBackward(u)) Release(u, mb, previous, false);

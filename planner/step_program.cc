@@ -107,8 +107,7 @@ bool CopiesToDevice(OpKind k) {
 bool CopiesToHost(OpKind k) { return k == OpKind::kCopyGradsToHost || k == OpKind::kCopyMasterToHost; }
 
 BlockActivationBytes BlockActivations(const Plan& plan, const HardwareProfile& profile) {
-  const ActivationShape a = ShapeOf(plan.model, plan.micro_batch, plan.seq_len, DTypeBytes(plan.param_dtype),
-                                    plan.loss_chunk_tokens, profile.device_kind == "cpu", plan.fused_kernels);
+  const ActivationShape a = ShapeOfPlan(plan, profile.device_kind == "cpu");
   TensorRegistry tensors;
   auto net = [](const MemoryScript& s) {
     double sum = 0;

@@ -262,6 +262,11 @@ struct StepProgram {
   int64_t micro_batch = 0;        // sequences per micro-batch on each rank
   int64_t seq_len = 0;            // tokens per sequence
   int64_t loss_chunk_tokens = 0;  // rows of logits the loss materialises at once
+  // Attention kept inside each document of a window (Plan::attention): each
+  // micro-batch's embedding forward makes its attention layout from the
+  // tokens' kDocumentStart bits (executor/data/micro_batch.h) and its
+  // embedding backward (an evaluation's head) frees it.
+  bool document_attention = false;
   DType compute_dtype = DType::kBF16;  // parameters as gathered, activations, unsharded gradients
   DType reduce_dtype = DType::kFP32;   // what the reduce-scatters send
   int gpus = 1;              // ranks running the program

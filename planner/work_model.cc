@@ -55,6 +55,17 @@ OpWork EmbeddingForwardWork(const ActivationShape& a) {
   OpWork w;
   w.elementwise_bytes = a.tokens * (2 * z.H + 8);  // gather rows, read the indices
   w.launches = 1;
+  if (a.documents) {
+    // The attention layout: cos and sin gathered per token (read and write
+    // each), its buffer's copy, and the mask's three passes under one.
+    const double head_dim = a.heads > 0 ? a.q / a.heads : 0;
+    w.elementwise_bytes += 4 * a.tokens * head_dim * z.c + 12 * a.tokens;
+    w.launches += 3;
+    if (a.document_mask) {
+      w.elementwise_bytes += 3 * a.batch * a.seq * a.seq;
+      w.launches += 3;
+    }
+  }
   return w;
 }
 
@@ -76,7 +87,9 @@ OpWork BlockForwardWork(const ActivationShape& a) {
   w.gemm_flops = 2 * t * (h * q + 2 * h * kv + q * h + 3 * h * i);
   // Most FLOPs sit in the q/o and MLP GEMMs, whose smallest side is h or t.
   w.gemm_min_dim = std::min(t, h);
-  w.attention_flops = 2 * a.batch * a.seq * a.seq * q;  // QK^T and PV, causal half
+  // QK^T and PV, causal half; inside documents, the share of the window's
+  // causal tiles that lie inside them (Plan::document_attention_work).
+  w.attention_flops = 2 * a.batch * a.seq * a.seq * q * a.attention_work;
   w.attention_head_dim = a.heads > 0 ? static_cast<int>(std::lround(q / a.heads)) : 0;
   // Two RMSNorms, RoPE on q and k, two residual adds, SwiGLU. Composite:
   // each add reads two and writes one (3H). Fused: the o and down GEMMs add

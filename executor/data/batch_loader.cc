@@ -109,8 +109,26 @@ int64_t SampleOrder::Window(int64_t sample) const {
 // ---------------------------------------------------------------------------
 // ReadSamples
 
+void MarkWindow(int64_t begin, int64_t length, const LossMaskFile* mask, const DocumentIndex* documents,
+                int64_t* ids) {
+  if (mask == nullptr && documents == nullptr) return;
+  std::vector<uint8_t> bits(static_cast<size_t>(length));
+  if (mask != nullptr) {
+    // Token k of the window is target k - 1; the first is an input only.
+    mask->Copy(begin, length, bits.data());
+    for (int64_t k = 1; k < length; ++k)
+      if (bits[static_cast<size_t>(k)] == 0) ids[k] |= executor::kUntrainedTarget;
+  }
+  if (documents != nullptr) {
+    documents->MarkStarts(begin, length, bits.data());
+    for (int64_t k = 0; k < length; ++k)
+      if (bits[static_cast<size_t>(k)] != 0) ids[k] |= executor::kDocumentStart;
+  }
+}
+
 torch::Tensor ReadSamples(const TokenFile& file, const SampleOrder& order, int64_t first_sample,
-                          int64_t micro_batch, int64_t vocab, bool pin_memory, const LossMaskFile* mask) {
+                          int64_t micro_batch, int64_t vocab, bool pin_memory, const LossMaskFile* mask,
+                          const DocumentIndex* documents) {
   const int64_t row = order.seq_len() + 1;
   torch::Tensor tokens =
       torch::empty({micro_batch, row}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(pin_memory));
@@ -125,13 +143,7 @@ torch::Tensor ReadSamples(const TokenFile& file, const SampleOrder& order, int64
       for (int64_t k = 0; k < row; ++k)
         if (out[j * row + k] >= vocab) throw OutOfVocabulary(file, begin + k, out[j * row + k], vocab);
     }
-    if (mask != nullptr) {
-      // Token k of the window is target k - 1; the first is an input only.
-      std::vector<uint8_t> trained(static_cast<size_t>(row));
-      mask->Copy(begin, row, trained.data());
-      for (int64_t k = 1; k < row; ++k)
-        if (trained[static_cast<size_t>(k)] == 0) out[j * row + k] |= executor::kUntrainedTarget;
-    }
+    MarkWindow(begin, row, mask, documents, out + j * row);
   }
   return tokens;
 }
@@ -150,6 +162,13 @@ BatchLoader::BatchLoader(const BatchLoaderOptions& options, DataPosition start)
   // of another file is refused before the first step).
   const std::string mask_path = LossMaskPathFor(file_->path());
   if (std::filesystem::exists(mask_path)) mask_ = std::make_unique<LossMaskFile>(mask_path, file_->size());
+  if (options_.document_attention) {
+    const std::string docs_path = DocumentIndexPathFor(file_->path());
+    if (!std::filesystem::exists(docs_path))
+      throw UserError(file_->path() + " has no document index (" + docs_path +
+                      "): prepare it with `llmplan data prepare`, or train with --attention window");
+    documents_ = std::make_unique<DocumentIndex>(docs_path, file_->size());
+  }
   if (start.next_sample < 0) {
     throw UserError("data position " + std::to_string(start.next_sample) + " is negative: the checkpoint is corrupt");
   }
@@ -182,7 +201,8 @@ void BatchLoader::Work() {
     try {
       const int64_t first = next_sample + static_cast<int64_t>(options_.rank) * options_.micro_batch;
       item.batch.tokens =
-          ReadSamples(*file_, order_, first, options_.micro_batch, options_.vocab, pin_memory_, mask_.get());
+          ReadSamples(*file_, order_, first, options_.micro_batch, options_.vocab, pin_memory_, mask_.get(),
+                      documents_.get());
       item.batch.first_sample = first;
       item.batch.next.next_sample = next_sample + per_call;
     } catch (...) {

@@ -34,7 +34,10 @@
 //
 // A loss mask beside the file (TOKENFILE.lossmask, data/loss_mask.h) is read
 // with it: each target the mask does not train carries kUntrainedTarget
-// (micro_batch.h).
+// (micro_batch.h). With document attention (BatchLoaderOptions::
+// document_attention) the document index beside it (TOKENFILE.docs,
+// data/document_index.h) marks each token that begins a document with
+// kDocumentStart.
 #pragma once
 
 #include <condition_variable>
@@ -49,6 +52,7 @@
 
 #include <torch/torch.h>
 
+#include "data/document_index.h"
 #include "data/loss_mask.h"
 #include "data/token_file.h"
 #include "executor/data/micro_batch.h"
@@ -92,10 +96,18 @@ class SampleOrder {
 // REQUIRES: first_sample >= 0, micro_batch >= 1, vocab >= 1, pin_memory only
 // when CUDA is available. Throws UserError naming the file and the token and
 // byte offsets of the first id >= vocab.
-// `mask` (may be null): the file's loss mask; targets it does not train get
-// kUntrainedTarget (micro_batch.h).
+// `mask` and `documents` (each may be null): MarkWindow's.
 torch::Tensor ReadSamples(const TokenFile& file, const SampleOrder& order, int64_t first_sample,
-                          int64_t micro_batch, int64_t vocab, bool pin_memory, const LossMaskFile* mask = nullptr);
+                          int64_t micro_batch, int64_t vocab, bool pin_memory, const LossMaskFile* mask = nullptr,
+                          const DocumentIndex* documents = nullptr);
+
+// Sets the micro-batch bits (micro_batch.h) of one window: ids[k] is token
+// begin + k of the file, k in [0, length). Targets `mask` does not train get
+// kUntrainedTarget (the first token is an input only); tokens that begin one
+// of `documents` get kDocumentStart. Either may be null.
+// REQUIRES: begin + length <= the file's tokens.
+void MarkWindow(int64_t begin, int64_t length, const LossMaskFile* mask, const DocumentIndex* documents,
+                int64_t* ids);
 
 struct BatchLoaderOptions {
   std::string path;                                 // token file (see token_file.h)
@@ -115,6 +127,9 @@ struct BatchLoaderOptions {
   // large rows). REQUIRES: 1 <= workers <= prefetch (a worker only reads what
   // prefetch leaves room for, so more would sit idle).
   int workers = 1;
+  // Mark document starts (kDocumentStart) from the index beside the file:
+  // the run keeps attention inside documents. The index must exist.
+  bool document_attention = false;
 };
 
 // One micro-batch for this rank.
@@ -131,8 +146,9 @@ class BatchLoader {
   // Opens the file, checks every token id a sample can read against
   // options.vocab, and starts the workers at `start`.
   // REQUIRES: nothing. Throws UserError (on this thread) for bad options, an
-  // unreadable or malformed file, a file shorter than seq_len + 1 tokens, or
-  // a token id >= vocab (naming the first one's token and byte offsets).
+  // unreadable or malformed file, a file shorter than seq_len + 1 tokens, a
+  // token id >= vocab (naming the first one's token and byte offsets), or a
+  // missing or broken document index with document_attention.
   BatchLoader(const BatchLoaderOptions& options, DataPosition start);
   // Stops and joins the workers; batches not taken are dropped.
   ~BatchLoader();
@@ -152,6 +168,8 @@ class BatchLoader {
   const TokenFile& file() const { return *file_; }
   // The loss mask read with the file (null: every target is trained).
   const LossMaskFile* mask() const { return mask_.get(); }
+  // The document index read with the file (null without document attention).
+  const DocumentIndex* documents() const { return documents_.get(); }
   const SampleOrder& order() const { return order_; }
   bool pinned() const { return pin_memory_; }
 
@@ -165,6 +183,7 @@ class BatchLoader {
   const BatchLoaderOptions options_;
   std::unique_ptr<TokenFile> file_;
   std::unique_ptr<LossMaskFile> mask_;  // TOKENFILE.lossmask, when there is one
+  std::unique_ptr<DocumentIndex> documents_;  // TOKENFILE.docs, with document attention
   SampleOrder order_;
   bool pin_memory_;
   const DataPosition start_;

@@ -29,8 +29,8 @@ namespace {
 
 at::Tensor CompositeRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   // fp32 statistics whatever the compute dtype (bf16 mean-of-squares loses
-  // too much), as HF's LlamaRMSNorm.
-  at::Tensor xf = x.to(at::kFloat);
+  // too much), as HF's LlamaRMSNorm; fp64 stays fp64 (the exactness tests).
+  at::Tensor xf = x.scalar_type() == at::kDouble ? x : x.to(at::kFloat);
   at::Tensor inv_rms = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight * (xf * inv_rms).to(x.scalar_type());
 }

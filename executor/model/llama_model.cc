@@ -115,7 +115,7 @@ at::Tensor LlamaModel::EmbeddingForward(const std::vector<at::Tensor>& params, c
 }
 
 at::Tensor LlamaModel::BlockForward(int layer, const std::vector<at::Tensor>& p, const at::Tensor& x,
-                                    const RopeTable& rope) const {
+                                    const AttentionLayout& layout) const {
   (void)layer;  // every block has the same layout
   const BlockLayout& b = block_;
   const int64_t batch = x.size(0), t = x.size(1);
@@ -129,24 +129,39 @@ at::Tensor LlamaModel::BlockForward(int layer, const std::vector<at::Tensor>& p,
   // memory order); the transpose to [B, H, T, D] for attention is a view.
   // The norms' second outputs are x and h themselves, used for the residual
   // adds, so each norm's backward also adds the residual stream's gradient.
+  // With documents the table holds a row per token (its position in its
+  // document): the rotations see the [B, T] tokens as one row of B T, a
+  // view, so the same kernels serve both layouts.
   const auto [hn, x_residual] = RmsNormOnResidual(form, x, p[b.input_norm], spec_.rms_norm_eps);
-  at::Tensor cos = rope.cos.narrow(0, 0, t), sin = rope.sin.narrow(0, 0, t);
+  const bool documents = layout.documents;
+  const at::Tensor cos = documents ? layout.rope.cos : layout.rope.cos.narrow(0, 0, t);
+  const at::Tensor sin = documents ? layout.rope.sin : layout.rope.sin.narrow(0, 0, t);
+  const int64_t rows = documents ? 1 : batch, per_row = documents ? batch * t : t;
   at::Tensor q, k, v;
   if (fused) {
     // One GEMM for q, k and v (adjacent in the unit's flat buffer), one pass
     // rotating q and k out of its rows and copying v (projections.h).
     std::vector<at::Tensor> biases;
     if (spec_.qkv_bias) biases = {p[b.q_bias], p[b.k_bias], p[b.v_bias]};
-    std::tie(q, k, v) = QkvRope(PackedLinear(hn, {p[b.q], p[b.k], p[b.v]}, biases), cos, sin, nh, nkv);
+    at::Tensor packed = PackedLinear(hn, {p[b.q], p[b.k], p[b.v]}, biases);
+    std::tie(q, k, v) = QkvRope(packed.view({rows, per_row, packed.size(-1)}), cos, sin, nh, nkv);
+    q = q.view({batch, t, nh, hd});
+    k = k.view({batch, t, nkv, hd});
+    v = v.view({batch, t, nkv, hd});
   } else {
-    q = at::linear(hn, p[b.q], bias(b.q_bias)).view({batch, t, nh, hd});
-    k = at::linear(hn, p[b.k], bias(b.k_bias)).view({batch, t, nkv, hd});
+    q = at::linear(hn, p[b.q], bias(b.q_bias)).view({rows, per_row, nh, hd});
+    k = at::linear(hn, p[b.k], bias(b.k_bias)).view({rows, per_row, nkv, hd});
     v = at::linear(hn, p[b.v], bias(b.v_bias)).view({batch, t, nkv, hd});
-    q = ApplyRope(form, q, cos, sin);
-    k = ApplyRope(form, k, cos, sin);
+    q = ApplyRope(form, q, cos, sin).view({batch, t, nh, hd});
+    k = ApplyRope(form, k, cos, sin).view({batch, t, nkv, hd});
   }
-  at::Tensor attn = compat::CausalAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
-  attn = attn.transpose(1, 2).reshape({batch, t, nh * hd});
+  at::Tensor attn;
+  if (documents) {
+    attn = compat::DocumentAttention(q, k, v, layout.cu_seqlens, layout.longest_piece, layout.hidden);
+  } else {
+    attn = compat::CausalAttention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2);
+  }
+  attn = attn.reshape({batch, t, nh * hd});
   at::Tensor h = fused ? AddProjection(x_residual, attn, p[b.o]) : x_residual + at::linear(attn, p[b.o]);
 
   // SwiGLU MLP.

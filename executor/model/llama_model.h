@@ -24,6 +24,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "executor/model/attention_layout.h"
 #include "planner/model_spec.h"
 #include "planner/step_program.h"
 
@@ -36,12 +37,6 @@ struct ParamShape {
   std::vector<int64_t> shape;
   ParamInit init = ParamInit::kNormal;
   int64_t numel() const;
-};
-
-// cos and sin of the rotary embedding for positions 0..T-1: [T, head_dim],
-// each in the compute dtype (HF casts them to the activations' dtype).
-struct RopeTable {
-  at::Tensor cos, sin;
 };
 
 class LlamaModel {
@@ -72,17 +67,24 @@ class LlamaModel {
   // REQUIRES: params[i] has unit_params(unit)[i].shape.
   void InitUnit(int unit, const std::vector<at::Tensor>& params, uint64_t seed) const;
 
-  // REQUIRES: seq_len >= 1.
+  // The table of positions 0..seq_len-1. REQUIRES: seq_len >= 1.
   RopeTable MakeRopeTable(int64_t seq_len, const at::Device& device, at::ScalarType dtype) const;
 
   // tokens [B, T] int64 -> hidden [B, T, hidden] in the embedding's dtype.
   // REQUIRES: params are unit 0's; every token in [0, vocab) (checked by the
   // caller: an out-of-range id is undefined behaviour in the CUDA kernel).
   at::Tensor EmbeddingForward(const std::vector<at::Tensor>& params, const at::Tensor& tokens) const;
-  // x [B, T, hidden] -> [B, T, hidden].
-  // REQUIRES: params are block `layer`'s; rope built for at least T positions.
+  // x [B, T, hidden] -> [B, T, hidden], attending as `layout` says (the
+  // whole window, or each document on its own: attention_layout.h).
+  // REQUIRES: params are block `layer`'s; a window layout's table holds at
+  // least T positions, a documents layout is this micro-batch's.
   at::Tensor BlockForward(int layer, const std::vector<at::Tensor>& params, const at::Tensor& x,
-                          const RopeTable& rope) const;
+                          const AttentionLayout& layout) const;
+  // The same over the whole window, positions 0..T-1 of `rope`.
+  at::Tensor BlockForward(int layer, const std::vector<at::Tensor>& params, const at::Tensor& x,
+                          const RopeTable& rope) const {
+    return BlockForward(layer, params, x, WindowLayout(rope));
+  }
   // The head's final RMSNorm: x [B, T, hidden] -> normalised [B, T, hidden].
   at::Tensor FinalNorm(const std::vector<at::Tensor>& head_params, const at::Tensor& x) const;
   // Whether this model's ops on `x` run as the fused CUDA kernels (block_ops.h:

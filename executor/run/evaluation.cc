@@ -8,9 +8,10 @@
 #include <ATen/ATen.h>
 
 #include "base/user_error.h"
+#include "data/document_index.h"
 #include "data/loss_mask.h"
 #include "data/token_file.h"
-#include "executor/data/micro_batch.h"
+#include "executor/data/batch_loader.h"
 #include "executor/checkpoint/checkpoint_store.h"
 
 namespace llmplan::executor {
@@ -20,7 +21,7 @@ namespace {
 // Rank `rank`'s rows of the file's first `micro_batches` global micro-batches
 // of consecutive windows, as int64 [micro_batch, seq_len + 1] tensors.
 std::vector<at::Tensor> ReadEvaluationBatches(const std::string& path, int64_t micro_batches, int64_t micro_batch,
-                                              int64_t seq_len, int rank, int world, int64_t vocab) {
+                                              int64_t seq_len, int rank, int world, int64_t vocab, bool documents) {
   const data::TokenFile file(path);
   const int64_t windows = micro_batches * world * micro_batch;
   const int64_t needed = windows * seq_len + 1;
@@ -33,7 +34,10 @@ std::vector<at::Tensor> ReadEvaluationBatches(const std::string& path, int64_t m
   std::unique_ptr<data::LossMaskFile> mask;
   if (const std::string mask_path = data::LossMaskPathFor(file.path()); std::filesystem::exists(mask_path))
     mask = std::make_unique<data::LossMaskFile>(mask_path, file.size());
-  std::vector<uint8_t> trained(static_cast<size_t>(seq_len + 1));
+  // With document attention, its document index (checked before launch:
+  // run_command.cc).
+  std::unique_ptr<data::DocumentIndex> index;
+  if (documents) index = std::make_unique<data::DocumentIndex>(data::DocumentIndexPathFor(file.path()), file.size());
   std::vector<at::Tensor> batches;
   for (int64_t g = 0; g < micro_batches; ++g) {
     at::Tensor tokens = at::empty({micro_batch, seq_len + 1}, at::TensorOptions().dtype(at::kLong));
@@ -45,12 +49,8 @@ std::vector<at::Tensor> ReadEvaluationBatches(const std::string& path, int64_t m
         throw UserError("--eval-data " + path + " holds token id " + std::to_string(largest) +
                         ", outside the model's vocabulary of " + std::to_string(vocab) +
                         ": it was made with another tokenizer; prepare it with the training data's");
-      if (mask) {
-        int64_t* ids = tokens.data_ptr<int64_t>() + row * (seq_len + 1);
-        mask->Copy(window * seq_len, seq_len + 1, trained.data());
-        for (int64_t k = 1; k <= seq_len; ++k)
-          if (trained[static_cast<size_t>(k)] == 0) ids[k] |= kUntrainedTarget;
-      }
+      data::MarkWindow(window * seq_len, seq_len + 1, mask.get(), index.get(),
+                       tokens.data_ptr<int64_t>() + row * (seq_len + 1));
     }
     batches.push_back(tokens);
   }
@@ -64,7 +64,8 @@ RunEvaluation::RunEvaluation(const TrainConfig& config, const RankSetup& rank, i
   if (config.eval_data.empty()) return;
   const StepProgram& program = config.eval_program;
   batches_ = ReadEvaluationBatches(config.eval_data, program.micro_batches, program.micro_batch, program.seq_len,
-                                   rank.env.rank, rank.env.world_size, config.plan.model.vocab);
+                                   rank.env.rank, rank.env.world_size, config.plan.model.vocab,
+                                   program.document_attention);
   tokens_ = static_cast<int64_t>(program.micro_batches) * program.micro_batch * program.seq_len * rank.env.world_size;
   if (!keep_best_ || config.ckpt_dir.empty()) return;
   // The best so far, unless it lies in the future this run redoes.

@@ -121,6 +121,7 @@ class TokenFileBatches : public BatchSource {
     options_.vocab = plan.model.vocab;
     options_.seed = plan.seed;
     options_.shuffle = true;
+    options_.document_attention = plan.attention == AttentionSpan::kDocuments;
     options_.workers = workers;
     options_.prefetch = prefetch;
     loader_ = std::make_unique<data::BatchLoader>(options_, data::DataPosition{});

@@ -270,7 +270,9 @@ StepInterpreter::StepInterpreter(StepProgram program, const LlamaModel& model, s
       if (!params_on_host_) host_compute_.push_back(PinnedHostZeros(numel, units_[k].compute_dtype()));
     }
   }
-  rope_ = model.MakeRopeTable(program_.seq_len, device, ScalarTypeOf(program_.compute_dtype));
+  window_ = WindowLayout(model.MakeRopeTable(program_.seq_len, device, ScalarTypeOf(program_.compute_dtype)));
+  document_mask_ = program_.document_attention &&
+                   !compat::DocumentAttentionUsesFlash(device, ScalarTypeOf(program_.compute_dtype), model.spec().head_dim);
 }
 
 StepInterpreter::~StepInterpreter() {
@@ -347,6 +349,8 @@ void StepInterpreter::LoadBatches(const std::vector<at::Tensor>& micro_batches, 
   targets_.clear();
   trained_rows_.clear();
   loss_denominator_.clear();
+  spans_.clear();
+  layouts_.clear();
   int64_t trained_total = 0;
   bool masked = false;
   for (const auto& batch : micro_batches) {
@@ -357,14 +361,23 @@ void StepInterpreter::LoadBatches(const std::vector<at::Tensor>& micro_batches, 
                       c10::str(batch.sizes()));
     at::Tensor tokens = batch;
     at::Tensor rows;  // the trained targets' rows, when a loss mask leaves some out
+    if (program_.document_attention) {
+      // The pieces each row's document starts cut it into, found on the host.
+      const at::Tensor host = batch.device().is_cpu() ? batch : batch.cpu();
+      spans_.push_back(FindDocumentSpans(host.narrow(1, 0, program_.seq_len).bitwise_and(kDocumentStart).ne(0),
+                                         device_.is_cuda()));
+    }
     if (batch.device().is_cpu()) {
-      // A loss mask (micro_batch.h): the bit off the ids, the trained targets
-      // listed on the host, so the device never syncs to count them.
-      const at::Tensor untrained = batch.bitwise_and(kUntrainedTarget).ne(0);
-      if (untrained.any().item<bool>()) {
-        tokens = batch.bitwise_and(~kUntrainedTarget);
-        rows = untrained.narrow(1, 1, program_.seq_len).logical_not().reshape({-1}).nonzero().reshape({-1});
-        masked = true;
+      // The bits above the ids (micro_batch.h) off, and under a loss mask the
+      // trained targets listed on the host, so the device never syncs to
+      // count them.
+      if (batch.ge(kDocumentStart).any().item<bool>()) {
+        const at::Tensor untrained = batch.bitwise_and(kUntrainedTarget).ne(0);
+        if (untrained.any().item<bool>()) {
+          rows = untrained.narrow(1, 1, program_.seq_len).logical_not().reshape({-1}).nonzero().reshape({-1});
+          masked = true;
+        }
+        tokens = batch.bitwise_and(kTokenIdMask);
       }
       // A few thousand ints: negligible next to the step. On the GPU an
       // out-of-range embedding index is a device assert that kills the run.
@@ -561,6 +574,13 @@ void StepInterpreter::Perform(const StepOp& op) {
 // ---------------------------------------------------------------------------
 // Compute
 
+// A micro-batch's attention layout, at its embedding's forward, before the
+// embedding's output (the planner's EmbeddingForward allocates in this order).
+void StepInterpreter::MakeLayout(int mb) {
+  if (!program_.document_attention) return;
+  layouts_[mb] = DocumentLayout(spans_.at(mb), window_.rope, device_, document_mask_);
+}
+
 void StepInterpreter::Forward(int unit, int mb) {
   TORCH_CHECK(mb >= 0 && mb < static_cast<int>(inputs_.size()), "forward of micro-batch ", mb, " out of range");
   if (evaluating_) {
@@ -570,7 +590,10 @@ void StepInterpreter::Forward(int unit, int mb) {
   const auto& params = units_.at(unit).params();
   Activation a;
   switch (model_.unit_kind(unit)) {
-    case UnitKind::kEmbedding: a.output = model_.EmbeddingForward(params, inputs_[mb]); break;
+    case UnitKind::kEmbedding:
+      MakeLayout(mb);
+      a.output = model_.EmbeddingForward(params, inputs_[mb]);
+      break;
     case UnitKind::kBlock: {
       // A fresh leaf: this unit's graph stops here, and its .grad after
       // backward is exactly the gradient to hand to the unit below.
@@ -578,9 +601,9 @@ void StepInterpreter::Forward(int unit, int mb) {
       const int layer = unit - 1;
       if (recomputed_.count({unit, mb}) > 0) {
         at::NoGradGuard no_grad;  // keep only the input; activations die here
-        a.output = model_.BlockForward(layer, params, a.input, rope_);
+        a.output = model_.BlockForward(layer, params, a.input, LayoutFor(mb));
       } else {
-        a.output = model_.BlockForward(layer, params, a.input, rope_);
+        a.output = model_.BlockForward(layer, params, a.input, LayoutFor(mb));
       }
       break;
     }
@@ -626,10 +649,13 @@ void StepInterpreter::EvaluationForward(int unit, int mb) {
   at::NoGradGuard no_grad;
   const auto& params = units_.at(unit).params();
   switch (model_.unit_kind(unit)) {
-    case UnitKind::kEmbedding: eval_hidden_[mb] = model_.EmbeddingForward(params, inputs_[mb]); break;
+    case UnitKind::kEmbedding:
+      MakeLayout(mb);
+      eval_hidden_[mb] = model_.EmbeddingForward(params, inputs_[mb]);
+      break;
     case UnitKind::kBlock: {
       at::Tensor& hidden = eval_hidden_.at(mb);
-      hidden = model_.BlockForward(unit - 1, params, hidden, rope_);  // the input dies as the output takes its place
+      hidden = model_.BlockForward(unit - 1, params, hidden, LayoutFor(mb));  // the input dies as the output takes its place
       break;
     }
     case UnitKind::kHead: {
@@ -640,6 +666,7 @@ void StepInterpreter::EvaluationForward(int unit, int mb) {
       const at::Tensor weight =
           model_.OutputWeight(params, units_.at(model_.embedding_unit()).params()).detach();
       loss_sum_ += HeadLoss(normed, weight, mb, model_.RunsFusedKernels(input), at::Tensor());
+      layouts_.erase(mb);  // its last reader done
       break;
     }
   }
@@ -647,7 +674,7 @@ void StepInterpreter::EvaluationForward(int unit, int mb) {
 
 void StepInterpreter::Recompute(int unit, int mb) {
   Activation& a = activations_.at({unit, mb});
-  a.output = model_.BlockForward(unit - 1, units_.at(unit).params(), a.input, rope_);
+  a.output = model_.BlockForward(unit - 1, units_.at(unit).params(), a.input, LayoutFor(mb));
 }
 
 void StepInterpreter::Backward(int unit, int mb) {
@@ -670,6 +697,7 @@ void StepInterpreter::Backward(int unit, int mb) {
   if (a.input.defined()) grad_flowing_[mb] = a.input.grad();
   else grad_flowing_.erase(mb);
   activations_.erase({unit, mb});  // frees this unit's graph and saved tensors
+  if (kind == UnitKind::kEmbedding) layouts_.erase(mb);  // the micro-batch's last reader of it done
   if (!Sharded(unit)) return;  // reduced by the program's reduce-local op
   // Sharded: the gradient in the reduce dtype is the reduce-scatter's private
   // input; the compute-dtype buffer goes back to the allocator at once (the

@@ -190,7 +190,8 @@ class StepInterpreter {
   AdamW& optimizer_;
   StepProgram program_;
   at::Device device_;
-  RopeTable rope_;
+  AttentionLayout window_;  // the whole window's layout: the RoPE table of positions 0..seq_len-1
+  bool document_mask_ = false;  // documents attend under the layout's mask, not flash varlen
   StepComms comms_;
   bool offload_ = false;         // the optimizer runs on the host
   bool params_on_host_ = false;  // the fp32 master (and, with offload_, the compute shard) lives on the host
@@ -217,6 +218,16 @@ class StepInterpreter {
   // what the head's summed loss is divided by (0: the targets' count).
   std::vector<at::Tensor> trained_rows_;
   std::vector<double> loss_denominator_;
+  // Attention kept inside documents (StepProgram::document_attention): each
+  // micro-batch's spans, found on the host as it is loaded, and its layout
+  // on the device from its embedding's forward to its embedding's backward
+  // (an evaluation's: to its head), as the program allocates it.
+  std::vector<DocumentSpans> spans_;
+  std::map<int, AttentionLayout> layouts_;
+  const AttentionLayout& LayoutFor(int mb) const {
+    return program_.document_attention ? layouts_.at(mb) : window_;
+  }
+  void MakeLayout(int mb);
   std::map<Key, Activation> activations_;
   std::map<int, at::Tensor> eval_hidden_;  // evaluation: micro-batch -> the last unit's output
   std::map<int, at::Tensor> grad_flowing_;  // micro-batch -> dL/d(output of the unit below)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <chrono>
 #include <iostream>
 #include <limits>
@@ -12,6 +13,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "data/document_index.h"
+#include "data/document_pieces.h"
+#include "data/token_file.h"
 #include "feedback/calibration_store.h"
 #include "planner/nvme_offload.h"
 #include "planner/plan_search.h"
@@ -34,6 +38,8 @@ struct EstimateOptions {
   double global_batch_tokens = 0;
   std::string strategy, checkpoint_layers, offload, offload_to, offload_staging, replicate_edges, cast_at_gather;
   std::string kernels = "fused";
+  std::string attention = "window";
+  std::string data;  // with --attention documents: the token file whose documents price attention
   static constexpr int64_t kUnpinned = std::numeric_limits<int64_t>::min();  // no value a user can type
   int64_t micro_batch = kUnpinned, grad_accum = kUnpinned, shard_group = kUnpinned;
   int64_t seq = kUnpinned;  // 4096, or the model's max_position_embeddings when smaller
@@ -188,6 +194,26 @@ void Run(const EstimateOptions& o) {
   if (o.kernels != "fused" && o.kernels != "composite")
     throw UserError("--kernels must be fused or composite (got '" + o.kernels + "')");
   req.fused_kernels = o.kernels == "fused";
+  req.attention = ParseAttentionSpan(o.attention);
+  if (req.attention == AttentionSpan::kDocuments) {
+    // Attention inside documents costs what the data's documents make it:
+    // their pieces of each window, counted from the file's index.
+    if (o.data.empty())
+      throw UserError("--attention documents prices attention by the documents' lengths: give --data TOKENFILE "
+                      "(prepared by llmplan data prepare, which writes its .docs index)");
+    const data::TokenFile file(o.data);
+    const std::string index_path = data::DocumentIndexPathFor(o.data);
+    if (!std::filesystem::exists(index_path))
+      throw UserError("--data " + o.data + " has no document index (" + index_path +
+                      "): prepare it with llmplan data prepare");
+    const data::DocumentIndex index(index_path, file.size());
+    if (index.tokens() <= req.seq_len)
+      throw UserError("--data " + o.data + " holds " + std::to_string(index.tokens()) + " tokens, not one window of " +
+                      std::to_string(req.seq_len) + " + 1");
+    req.document_attention_work = data::CountDocumentPieces(index, req.seq_len).attention_work;
+  } else if (!o.data.empty()) {
+    throw UserError("--data is read for --attention documents only: drop it, or add --attention documents");
+  }
   if (o.prefetch < 0 || o.prefetch > 8) throw UserError("--prefetch must be between 0 and 8");
   req.prefetch_depth = o.prefetch;
   if (o.loss_chunk != EstimateOptions::kUnpinned) {
@@ -313,6 +339,12 @@ void AddEstimateCommand(CLI::App& app) {
                   "fused: RMSNorm, RoPE, SwiGLU and the cross-entropy as llmplan's CUDA kernels; composite: "
                   "LibTorch's ops (the baseline for side-by-side runs). CPUs always run the composite ops")
       ->capture_default_str();
+  cmd->add_option("--attention", o->attention,
+                  "window: each window of --seq tokens is one sequence; documents: attention kept inside each "
+                  "document of a packed window (llmplan run --attention documents), priced by the documents of "
+                  "--data")
+      ->capture_default_str();
+  cmd->add_option("--data", o->data, "With --attention documents: the token file to train on (its .docs index)");
   cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (default: the profile's)");
   cmd->add_option("--host-memory", o->host_memory_gib,
                   "GiB of host memory the job may pin per node (default: the profile's per GPU x GPUs on the node)");

@@ -30,6 +30,8 @@
 
 #include "base/format.h"
 #include "base/user_error.h"
+#include "data/document_index.h"
+#include "data/document_pieces.h"
 #include "data/loss_mask.h"
 #include "data/token_file.h"
 #include "executor/checkpoint/checkpoint_store.h"
@@ -67,6 +69,7 @@ struct RunOptions {
   std::string out;
   bool cpu = false;
   std::string dtype;  // empty: the plan's param_dtype
+  std::string attention;  // empty: the plan's
   double lr = -1;     // < 0: the plan's
   int cpu_ranks = 0;  // with --cpu: local processes (Gloo ranks); 0: the plan's gpus
   bool no_learn = false;  // leave this run out of the calibration store
@@ -147,6 +150,42 @@ int64_t CheckEvaluation(const RunOptions& o, executor::TrainConfig& config) {
                     std::to_string(plan.model.vocab) + ": it was made with another tokenizer; prepare it with the "
                     "training data's");
   return batches;
+}
+
+// --attention documents (or a plan that says so), checked before any rank
+// starts: the data's document index (and the held-out file's) must exist and
+// fit; the plan's document_attention_work becomes this data's, which the
+// note states with the documents longer than the window (cut across
+// windows, each piece attending within itself).
+void CheckDocumentAttention(const RunOptions& o, executor::TrainConfig& config, bool print) {
+  Plan& plan = config.plan;
+  if (plan.attention != AttentionSpan::kDocuments) return;
+  auto open = [&](const std::string& path, const char* flag) {
+    const data::TokenFile file(path);
+    const std::string index = data::DocumentIndexPathFor(path);
+    if (!std::filesystem::exists(index))
+      throw UserError(std::string(flag) + " " + path + " has no document index (" + index +
+                      ") for --attention documents: prepare it with llmplan data prepare, or train with "
+                      "--attention window");
+    return std::make_unique<data::DocumentIndex>(index, file.size());
+  };
+  const auto index = open(o.data_path, "--data");
+  if (index->tokens() <= plan.seq_len)
+    throw UserError("--data " + o.data_path + " holds " + std::to_string(index->tokens()) +
+                    " tokens, not one window of " + std::to_string(plan.seq_len) + " + 1");
+  if (!config.eval_data.empty()) open(config.eval_data, "--eval-data");
+  const data::DocumentPieces pieces = data::CountDocumentPieces(*index, plan.seq_len);
+  plan.document_attention_work = pieces.attention_work;
+  if (!print) return;
+  std::printf("llmplan: note: attention kept inside each of %s documents: %s pieces in %s windows of %s tokens "
+              "(%.0f tokens each on average), %.1f%% of whole-window attention",
+              FormatCount(index->documents()).c_str(), FormatCount(pieces.pieces).c_str(),
+              FormatCount(pieces.windows).c_str(), FormatCount(plan.seq_len).c_str(), pieces.mean_piece_tokens,
+              100.0 * pieces.attention_work);
+  if (pieces.longer_than_window > 0)
+    std::printf("; %s documents are longer than the window and are split across windows",
+                FormatCount(pieces.longer_than_window).c_str());
+  std::printf("\n");
 }
 
 double PredictedTokensPerSecondPerGpu(const Plan& plan, const HardwareProfile& profile, const StepProgram& program) {
@@ -315,6 +354,7 @@ void RunCommand(const RunOptions& o) {
   executor::TrainConfig config = o.train;
   config.plan = LoadPlan(o.plan_path);
   if (!o.dtype.empty()) config.plan.param_dtype = ParseDType(o.dtype);
+  if (!o.attention.empty()) config.plan.attention = ParseAttentionSpan(o.attention);
   if (o.lr >= 0) {
     if (!(o.lr > 0 && o.lr < 1)) throw UserError("--lr must be in (0, 1), got " + std::to_string(o.lr));
     config.plan.optimizer.lr = o.lr;
@@ -329,6 +369,7 @@ void RunCommand(const RunOptions& o) {
                     " (llmplan estimate --offload optimizer --offload-to nvme makes one)");
   config.steps = o.steps;
   const int64_t eval_batches = CheckEvaluation(o, config);
+  CheckDocumentAttention(o, config, executor::ReadDistributedEnv().rank == 0);
   // A loss mask beside the data (data prepare --chat) changes what is
   // trained: say so, with how much, before anything starts.
   if (const std::string mask = data::LossMaskPathFor(o.data_path); std::filesystem::exists(mask) &&
@@ -456,6 +497,11 @@ void AddRunCommand(CLI::App& app) {
       ->required();
   run->add_flag("--cpu", options->cpu, "Train on the CPU instead of CUDA GPUs");
   run->add_option("--dtype", options->dtype, "Compute dtype, overriding the plan's: bf16 or fp32");
+  run->add_option("--attention", options->attention,
+                  "Attention span, overriding the plan's: window (each window one sequence) or documents (each "
+                  "document of a packed window on its own, positions restarting; needs the data's .docs index "
+                  "from llmplan data prepare)")
+      ->check(CLI::IsMember({"window", "documents"}));
   run->add_option("--lr", options->lr, "Peak learning rate, overriding the plan's")->check(LearningRate());
   run->add_flag("--no-final-weights", options->no_final_weights,
                 "Skip RUN_DIR/final.safetensors (for throughput runs: an 8B model is 32 GB to gather and write)");
