@@ -13,7 +13,9 @@
 //   kDocumentStart    the token begins a document (data/document_index.h):
 //                     with attention kept inside documents (StepProgram::
 //                     document_attention) it attends to nothing before it
-//                     and its position restarts at 0. Ignored otherwise.
+//                     and its position restarts at 0; as a target it does
+//                     not count (nothing before it is of its document).
+//                     Ignored otherwise.
 #pragma once
 
 #include <cstdint>

@@ -372,7 +372,11 @@ void StepInterpreter::LoadBatches(const std::vector<at::Tensor>& micro_batches, 
       // trained targets listed on the host, so the device never syncs to
       // count them.
       if (batch.ge(kDocumentStart).any().item<bool>()) {
-        const at::Tensor untrained = batch.bitwise_and(kUntrainedTarget).ne(0);
+        // With documents, a document's first token is no target either: it
+        // would be predicted from the document before it, which nothing of
+        // it attends to (as when each document is a sequence of its own).
+        at::Tensor untrained = batch.bitwise_and(kUntrainedTarget).ne(0);
+        if (program_.document_attention) untrained.logical_or_(batch.bitwise_and(kDocumentStart).ne(0));
         if (untrained.any().item<bool>()) {
           rows = untrained.narrow(1, 1, program_.seq_len).logical_not().reshape({-1}).nonzero().reshape({-1});
           masked = true;

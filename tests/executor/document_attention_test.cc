@@ -144,12 +144,16 @@ TEST(DocumentAttentionTest, PackedDocumentsEqualDocumentsRunSeparatelyInFp64) {
   }
 }
 
-// Sets kDocumentStart on the inputs of `tokens` [B, T + 1] at `starts`.
-at::Tensor WithStarts(at::Tensor tokens, const std::vector<std::pair<int64_t, int64_t>>& starts) {
+// Sets `bit` on the tokens of `tokens` [B, T + 1] at `at`.
+at::Tensor WithBits(at::Tensor tokens, const std::vector<std::pair<int64_t, int64_t>>& at, int64_t bit) {
   tokens = tokens.clone();
-  for (const auto& [row, column] : starts)
-    tokens[row][column] = tokens[row][column].item<int64_t>() | kDocumentStart;
+  for (const auto& [row, column] : at) tokens[row][column] = tokens[row][column].item<int64_t>() | bit;
   return tokens;
+}
+
+// Marks documents starting at `starts`.
+at::Tensor WithStarts(const at::Tensor& tokens, const std::vector<std::pair<int64_t, int64_t>>& starts) {
+  return WithBits(tokens, starts, kDocumentStart);
 }
 
 Plan DocumentPlan(Plan plan) {
@@ -166,6 +170,18 @@ TEST(DocumentAttentionTest, OneDocumentPerRowTrainsAsTheWindow) {
   const StepResult rb = b.step.Run({WithStarts(tokens, {{0, 0}, {1, 0}})});
   EXPECT_NEAR(ra.loss, rb.loss, 1e-6);
   EXPECT_TRUE(at::allclose(a.AllGrads(), b.AllGrads(), 1e-5, 1e-8));
+}
+
+// Predicting a document's first token from the document before it is no
+// part of either: its loss counts for nothing, exactly as a masked target.
+TEST(DocumentAttentionTest, ADocumentsFirstTokenIsNoTarget) {
+  const Plan plan = DocumentPlan(TestPlan("tiny-llama", 2, 1, 32));
+  const at::Tensor tokens = testing::RandomTokens(2, 32, plan.model.vocab, 12);
+  Rig a(plan), b(plan);
+  const StepResult ra = a.step.Run({WithStarts(tokens, {{0, 10}, {1, 21}})});
+  const StepResult rb = b.step.Run({WithBits(WithStarts(tokens, {{0, 10}, {1, 21}}), {{0, 10}, {1, 21}}, kUntrainedTarget)});
+  EXPECT_EQ(ra.loss, rb.loss);
+  EXPECT_TRUE(at::equal(a.AllGrads(), b.AllGrads()));
 }
 
 TEST(DocumentAttentionTest, RecomputedBlocksAttendInsideDocumentsToo) {
@@ -207,9 +223,11 @@ TEST(DocumentAttentionTest, LayoutsAllocateWhatTheProgramPredicts) {
   if (a.step.Run({testing::RandomTokens(2, 32, 512, 1), testing::RandomTokens(2, 32, 512, 2)})
           .measurement.memory_source != "cpu_tensor_bytes")
     GTEST_SKIP() << "this LibTorch counts no CPU tensor bytes";
-  const at::Tensor t1 = testing::RandomTokens(2, 32, window.model.vocab, 3);
-  const at::Tensor t2 = testing::RandomTokens(2, 32, window.model.vocab, 4);
-  const StepResult ra = a.step.Run({t1, t2});
+  // The window run's targets at the document starts untrained too, so both
+  // heads select the same rows (a document's first token is no target).
+  at::Tensor t1 = testing::RandomTokens(2, 32, window.model.vocab, 3);
+  at::Tensor t2 = testing::RandomTokens(2, 32, window.model.vocab, 4);
+  const StepResult ra = a.step.Run({WithBits(t1, {{0, 7}}, kUntrainedTarget), WithBits(t2, {{1, 17}}, kUntrainedTarget)});
   b.step.Run({WithStarts(t1, {{0, 7}}), WithStarts(t2, {{1, 17}})});
   const StepResult rb = b.step.Run({WithStarts(t1, {{0, 7}}), WithStarts(t2, {{1, 17}})});
   const MemoryTimeline pa = ReplayMemory(a.step.program()), pb = ReplayMemory(b.step.program());
