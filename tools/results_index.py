@@ -15,6 +15,7 @@ A README.md table is chosen by its marker:
     <!-- results: accuracy rows=a01-a13 -->   the newest accuracy set that has all these rows
     <!-- results: accuracy set=NAME -->       the rows of one accuracy set
     <!-- results: fsdp2 -->                   the newest race against FSDP2
+    <!-- results: fine_tune -->               the newest fine-tuning set (tools/device/fine_tune.sh)
 and ends at `<!-- /results -->`.
 """
 import json
@@ -273,6 +274,49 @@ def index_fsdp2(lines):
                         "÷ eager", "÷ compiled", "llmplan peak allocated", "commit", "note"], rows)
 
 
+# --- fine-tuning ---------------------------------------------------------------------------------
+
+def fine_tune_rows(lines):
+    rows = []
+    for l in lines:
+        c, p, m = l["config"], l["predicted"], l["measured"]
+        span = "inside documents" if c.get("attention") == "documents" else "whole window"
+        work = f"{100 * c['attention_work']:.1f}%" if "attention_work" in c else "100%"
+        ev = f"{m['eval_loss']:.4f} (step {m['eval_step']})" if "eval_loss" in m else ""
+        rows.append([span, work, f"{1000 * p['step_s']:.1f} ms", f"{1000 * m['step_s']:.1f} ms", err(p["step_s"], m["step_s"]),
+                     tok(p["tokens_per_s_per_gpu"]), tok(m["tokens_per_s_per_gpu"]), gib(p["peak_allocated_gib"]),
+                     gib(m["peak_allocated_gib"]), err2(p["peak_allocated_gib"], m["peak_allocated_gib"]), ev])
+    return rows
+
+
+FINE_TUNE_HEADER = ["attention", "attention work priced", "step predicted", "measured", "error", "tokens/s predicted",
+                    "measured", "peak allocated predicted", "measured", "error", "best held-out loss"]
+
+
+def readme_fine_tune(lines):
+    newest = newest_first(lines)[0]
+    rows = [l for l in lines if l.get("set") == newest.get("set")]
+    c = newest["config"]
+    out = [f"Measured on {newest['date']}, on {newest['machine']}, with `{newest['command']}` "
+           f"(predictions: profile `{newest['profile']}`, measured by `llmplan profile` on that machine).", "",
+           f"{c['model']}, seq {c['seq']}, micro-batch {c['micro_batch']} × {c['grad_accum']}, {c['strategy']}, "
+           f"checkpointed {c['checkpointed']}; step time the mean after the first two steps:", ""]
+    return out + table(FINE_TUNE_HEADER, fine_tune_rows(rows))
+
+
+def index_fine_tune(lines):
+    out = ["## Fine-tuning runs (`fine_tune.jsonl`)", "",
+           "`tools/device/fine_tune.sh`: chat data under its loss mask, `--init-from` an exported Hugging Face "
+           "directory, `--eval-every`, attention inside documents against the whole window, each predicted and "
+           "measured (`llmplan compare`).", ""]
+    rows = []
+    for l in newest_first(lines):
+        rows.append([l["date"], l["machine"], short_config({k: v for k, v in l["config"].items()
+                                                            if k not in ("attention", "attention_work")}),
+                     f"`{l['profile']}`"] + fine_tune_rows([l])[0] + [l.get("commit") or ""])
+    return out + table(["date", "machine", "configuration", "profile"] + FINE_TUNE_HEADER + ["commit"], rows)
+
+
 # --- the other kinds -----------------------------------------------------------------------------
 
 def index_plan_choice(lines):
@@ -348,7 +392,7 @@ def index_generic(kind, lines):
 
 KINDS = [("accuracy", index_accuracy), ("fsdp2", index_fsdp2), ("plan_choice", index_plan_choice),
          ("offload_pairs", index_offload_pairs), ("offload_modes", index_offload_modes),
-         ("changes", index_changes), ("checkpoint_cost", index_checkpoint_cost)]
+         ("changes", index_changes), ("checkpoint_cost", index_checkpoint_cost), ("fine_tune", index_fine_tune)]
 
 HEADER = """# Measurements
 
@@ -395,6 +439,8 @@ def render_readme(text):
             body = readme_accuracy(load("accuracy"), selector or "")
         elif kind == "fsdp2":
             body = readme_fsdp2(load("fsdp2"))
+        elif kind == "fine_tune":
+            body = readme_fine_tune(load("fine_tune"))
         else:
             sys.exit(f"results_index: README.md marker for unknown kind '{kind}'")
         return m.group(1) + "\n" + "\n".join(body) + "\n\n" + m.group(5)

@@ -61,6 +61,9 @@ void PrintEstimate(std::ostream& out, const Estimate& e, const HardwareProfile& 
                            (p.delayed_update ? ", delayed update (each step's gradients applied during the next)" : "") +
                            staging);
   out << Row("prefetch", std::to_string(p.prefetch_depth) + " unit(s) ahead");
+  if (p.attention == AttentionSpan::kDocuments)
+    out << Row("attention", "inside each document (" + Percent(p.document_attention_work) +
+                                " of a whole window's attention work, from the data)");
   if (OptimizerReadsComputeGradient(p, profile.device_kind != "cpu"))
     out << Row("gradients", "bf16 as autograd wrote them, read by AdamW (one GPU, one micro-batch: no fp32 copy)");
 

@@ -5,9 +5,10 @@
     results_lines.py fsdp2 COMPARE_DIR --plan PLAN [--command CMD]
     results_lines.py plan_choice WORK_DIR [--command CMD]
     results_lines.py offload_pairs WORK_DIR [--command CMD]
+    results_lines.py fine_tune WORK_DIR --llmplan BIN [--profile NAME] [--set NAME] [--command CMD]
 
 Prints JSON lines on stdout; the device scripts (accuracy.sh, compare_fsdp2.sh,
-plan_choice.sh, offload_pairs.sh) call it at their end and write its output to
+plan_choice.sh, offload_pairs.sh, fine_tune.sh) call it at their end and write its output to
 $OUT/KIND.results.jsonl. Back here, append that file to docs/results/KIND.jsonl
 and run tools/results_index.py. Every line carries `date` (UTC), `commit`
 (LLMPLAN_COMMIT, else `git rev-parse --short HEAD` where the tree is a checkout,
@@ -165,9 +166,46 @@ def offload_pairs(a, base):
                                  peak_allocated_gib=round(s["peak_allocated_bytes"] / GIB, 4)))
 
 
+def fine_tune(a, base):
+    """One line per fine-tuning run WORK_DIR/ft-ATTENTION (fine_tune.sh): the
+    step and memory predicted against measured (llmplan compare), the
+    attention's span and priced share of a window's work, the held-out loss."""
+    for name in sorted(os.listdir(a.dir)):
+        run = os.path.join(a.dir, name)
+        if not name.startswith("ft-") or not os.path.exists(os.path.join(run, "summary.json")):
+            continue
+        cmd = [a.llmplan, "compare", "--run", run, "--json"] + (["--gpu", a.profile] if a.profile else [])
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"results_lines: {name}: llmplan compare failed: {r.stderr.strip()[:200]}", file=sys.stderr)
+            continue
+        j = json.loads(r.stdout)
+        plan = plan_of(os.path.join(run, "plan.json"))
+        summary = json.load(open(os.path.join(run, "summary.json")))
+        s, al, rs = j["step_time_s"], j["peak_allocated_bytes"], j["peak_reserved_bytes"]
+        c = config_of(plan)
+        c["attention"] = plan.get("attention", "window")
+        if c["attention"] == "documents":
+            c["attention_work"] = round(plan.get("document_attention_work", 1.0), 4)
+        tokens = plan["micro_batch"] * plan["grad_accum"] * plan["seq_len"]
+        best = (summary.get("evaluation") or {}).get("best") or {}
+        measured = dict(step_s=round(s["measured"], 5), tokens_per_s_per_gpu=round(tokens / s["measured"]),
+                        peak_allocated_gib=round(al["measured"] / GIB, 4), peak_reserved_gib=round(rs["measured"] / GIB, 4),
+                        steps=summary.get("steps"), first_loss=round(summary.get("first_loss", 0), 4),
+                        final_loss=round(summary.get("final_loss", 0), 4))
+        if best:
+            measured.update(eval_loss=round(best["loss"], 4), eval_step=best["step"])
+        yield dict(base, set=a.set or f"{base['date']}-fine-tune", profile=a.profile or profile_name(plan),
+                   run=name[len("ft-"):], config=c,
+                   predicted=dict(step_s=round(s["predicted"], 5), tokens_per_s_per_gpu=round(tokens / s["predicted"]),
+                                  peak_allocated_gib=round(al["predicted"] / GIB, 4),
+                                  peak_reserved_gib=round(rs["predicted"] / GIB, 4)),
+                   measured=measured)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("kind", choices=["accuracy", "fsdp2", "plan_choice", "offload_pairs"])
+    p.add_argument("kind", choices=["accuracy", "fsdp2", "plan_choice", "offload_pairs", "fine_tune"])
     p.add_argument("dir")
     p.add_argument("--llmplan", default=os.path.join(ROOT, "build-gpu", "tools", "llmplan"))
     p.add_argument("--profile")
@@ -176,7 +214,8 @@ def main():
     p.add_argument("--command")
     a = p.parse_args()
     base = common(a.command)
-    for line in {"accuracy": accuracy, "fsdp2": fsdp2, "plan_choice": plan_choice, "offload_pairs": offload_pairs}[a.kind](a, base):
+    for line in {"accuracy": accuracy, "fsdp2": fsdp2, "plan_choice": plan_choice, "offload_pairs": offload_pairs,
+                 "fine_tune": fine_tune}[a.kind](a, base):
         print(json.dumps(line))
 
 
