@@ -298,7 +298,7 @@ def readme_fine_tune(lines):
     rows = [l for l in lines if l.get("set") == newest.get("set")]
     c = newest["config"]
     out = [f"Measured on {newest['date']}, on {newest['machine']}, with `{newest['command']}` "
-           f"(predictions: profile `{newest['profile']}`, measured by `llmplan profile` on that machine).", "",
+           f"(predictions: profile `{newest['profile']}`).", "",
            f"{c['model']}, seq {c['seq']}, micro-batch {c['micro_batch']} × {c['grad_accum']}, {c['strategy']}, "
            f"checkpointed {c['checkpointed']}; step time the mean after the first two steps:", ""]
     return out + table(FINE_TUNE_HEADER, fine_tune_rows(rows))
