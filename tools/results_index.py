@@ -297,10 +297,9 @@ def readme_fine_tune(lines):
     newest = newest_first(lines)[0]
     rows = [l for l in lines if l.get("set") == newest.get("set")]
     c = newest["config"]
-    out = [f"Measured on {newest['date']}, on {newest['machine']}, with `{newest['command']}` "
-           f"(predictions: profile `{newest['profile']}`).", "",
-           f"{c['model']}, seq {c['seq']}, micro-batch {c['micro_batch']} × {c['grad_accum']}, {c['strategy']}, "
-           f"checkpointed {c['checkpointed']}; step time the mean after the first two steps:", ""]
+    out = [f"Measured on {newest['date']}, on {newest['machine']}, with `{newest['command']}`: {c['model']}, seq "
+           f"{c['seq']}, micro-batch {c['micro_batch']} × {c['grad_accum']}, {c['strategy']}, checkpointed "
+           f"{c['checkpointed']}; predictions on profile `{newest['profile']}`, step time the mean after two steps.", ""]
     return out + table(FINE_TUNE_HEADER, fine_tune_rows(rows))
 
 

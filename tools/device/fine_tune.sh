@@ -82,11 +82,12 @@ for attention in documents window; do
   echo "fine_tune: $attention run at $(el)"
 done
 python3 tools/device/results_lines.py fine_tune "$work" --llmplan "$llmplan" \
-  --command "tools/device/fine_tune.sh (steps $steps, micro-batch $mb, seq $seq)" >"$out/fine_tune.results.jsonl" || status=1
+  --command "LLMPLAN_FINE_TUNE_STEPS=$steps LLMPLAN_FINE_TUNE_MB=$mb LLMPLAN_FINE_TUNE_SEQ=$seq tools/device/fine_tune.sh; llmplan compare --run RUN" >"$out/fine_tune.results.jsonl" || status=1
 # A device call returns at most 8 files: the logs and the runs' small files
 # go into one archive; the results lines and the documents run stay beside it.
-(cd "$out" && tar -czf fine_tune.tar.gz --exclude=fine_tune.tar.gz --exclude=fine_tune.results.jsonl \
-  --exclude=run_documents.txt --exclude=compare_documents.txt . -C "$work" ft-documents ft-window $(cd "$work" && ls ./*-measured.json 2>/dev/null) &&
-  find . -maxdepth 1 -type f ! -name fine_tune.tar.gz ! -name fine_tune.results.jsonl ! -name run_documents.txt \
-    ! -name compare_documents.txt -delete)
+# (Written in $work first: tar reading the folder it writes into fails.)
+(cd "$out" && tar -czf "$work/fine_tune.tar.gz" --exclude=fine_tune.results.jsonl --exclude=run_documents.txt \
+  --exclude=compare_documents.txt . -C "$work" ft-documents ft-window $(cd "$work" && ls ./*-measured.json 2>/dev/null) &&
+  find . -maxdepth 1 -type f ! -name fine_tune.results.jsonl ! -name run_documents.txt ! -name compare_documents.txt \
+    -delete && mv "$work/fine_tune.tar.gz" .) || status=1
 exit $status

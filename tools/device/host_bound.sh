@@ -7,10 +7,11 @@
 #
 # Each row: estimate with every choice pinned on PROFILE, train STEPS steps
 # (default 8) tracing the one before last with LibTorch's profiler, then
-# compare (predicted against measured), `llmplan kernels` (device time by
-# class, kernels per step) and tools/device/device_idle.py (the idle
-# stretches between kernels, by length). The traced step is slower than the
-# others (the profiler's cost per launch): the script prints both.
+# compare (predicted against measured) and `llmplan kernels` (device time by
+# class, kernels per step, and the device's idle time: the short gaps between
+# back-to-back kernels — the host issuing no faster than the GPU runs, what
+# replaying a graph removes — and the longer waits). The traced step is
+# slower than the others (the profiler's cost per launch): both are printed.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
@@ -48,6 +49,5 @@ print(f"step time: {1000 * sum(plain) / len(plain):.1f} ms untraced (steps 3+), 
 PY
   "$llmplan" compare --run "$run" | sed -n '4,8p;/Device time by class/,/compute_idle/p'
   "$llmplan" kernels "$run/kernel_trace.json" --top 8
-  python3 tools/device/device_idle.py "$run/kernel_trace.json"
 done
 exit $status

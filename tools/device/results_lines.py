@@ -53,8 +53,16 @@ def plan_of(path):
 
 
 def profile_name(plan):
+    """The profile's name; a plan made with --gpu PATH names the file's profile."""
     prof = plan.get("profile")
-    return prof.get("name") if isinstance(prof, dict) else prof
+    if isinstance(prof, dict):
+        return prof.get("name")
+    if isinstance(prof, str) and prof.endswith(".json"):
+        try:
+            return json.load(open(prof)).get("name") or os.path.basename(prof)[:-5]
+        except (OSError, ValueError):
+            return os.path.basename(prof)[:-5]
+    return prof
 
 
 def checkpointed(plan):
