@@ -262,6 +262,7 @@ void CheckpointWriter::Write(const Snapshot& snap, const TrainingProgress& progr
     const checkpoint::FileDigest plan_digest = checkpoint::DigestFile(partial + "/plan.json");
     manifest.files.push_back({"plan.json", plan_digest.bytes, plan_digest.crc32c});
     store_.Commit(progress.step, manifest);
+    if (progress.best) store_.SetBest(progress.best);
     store_.Prune(options_.keep);
   } catch (const std::exception& e) {
     store_.Abandon(progress.step);

@@ -56,6 +56,10 @@ struct TrainingProgress {
   int64_t step = 0;           // optimizer steps taken
   int64_t data_position = 0;  // global samples consumed
   int64_t tokens_seen = 0;
+  // Set: this checkpoint becomes the directory's best (--keep-best). The
+  // committer writes best.json once the checkpoint is complete and before
+  // pruning, so the pruning keeps it and lets the best it displaces go.
+  std::optional<checkpoint::BestCheckpoint> best;
 };
 
 // The unit names checkpoints and messages use: "embed", "block.N", "head".

@@ -107,9 +107,4 @@ EvaluationRow RunEvaluation::Evaluate(StepInterpreter& interpreter, int64_t step
   return row;
 }
 
-void RunEvaluation::RecordBest(const EvaluationRow& row) const {
-  if (!rank0_ || !keep_best_ || config_.ckpt_dir.empty() || !row.best) return;
-  checkpoint::CheckpointStore(config_.ckpt_dir).SetBest(checkpoint::BestCheckpoint{row.step, row.loss});
-}
-
 }  // namespace llmplan::executor

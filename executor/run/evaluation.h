@@ -44,11 +44,10 @@ class RunEvaluation {
   // Whether step `step` (from 1) is evaluated: every eval_every, and the last.
   bool Due(int64_t step) const;
   // Evaluates on `step` (the state after it) and returns the row; the best
-  // so far is updated (not yet recorded: see RecordBest).
+  // so far is updated. With keep_best a new best is recorded by saving its
+  // checkpoint (RunCheckpoints::Save with the row as the best): best.json
+  // names it once it is complete.
   EvaluationRow Evaluate(StepInterpreter& interpreter, int64_t step);
-  // With keep_best, after the checkpoint of a new best step was saved: rank
-  // 0 writes best.json naming it.
-  void RecordBest(const EvaluationRow& row) const;
   bool keeps_best() const { return keep_best_; }
   // The best so far ({} before the first evaluation).
   std::optional<EvaluationRow> best() const { return best_; }

@@ -18,11 +18,28 @@ RunCheckpoints::RunCheckpoints(const TrainConfig& config, const RankSetup& rank,
   writer_ = std::make_unique<CheckpointWriter>(config.plan, state.model(), rank.env.rank, o);
 }
 
-void RunCheckpoints::Save(int64_t taken, int64_t data_position) {
-  if (!writer_ || writer_->last_saved_step() == taken) return;
+void RunCheckpoints::Save(int64_t taken, int64_t data_position, std::optional<checkpoint::BestCheckpoint> best) {
+  if (!writer_) return;
+  if (writer_->last_saved_step() == taken) {
+    if (!best) return;
+    // Saved already: once that save is done, name it and prune as its own
+    // commit would have.
+    const std::string error = writer_->Wait();
+    if (!error.empty()) {
+      if (warn_) std::cerr << "llmplan: warning: " << error << std::endl;
+      return;
+    }
+    if (warn_) {
+      const checkpoint::CheckpointStore store(dir_);
+      store.SetBest(best);
+      store.Prune(writer_->options().keep);
+    }
+    return;
+  }
   state_.step().FinishUpdate();  // an offloaded optimizer's last update is still pending
-  const std::string error = writer_->Save(state_.units(), state_.optimizer().state(),
-                                          TrainingProgress{taken, data_position, taken * tokens_per_step_});
+  TrainingProgress progress{taken, data_position, taken * tokens_per_step_};
+  progress.best = best;
+  const std::string error = writer_->Save(state_.units(), state_.optimizer().state(), progress);
   if (!error.empty() && warn_) std::cerr << "llmplan: warning: " << error << std::endl;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "executor/checkpoint/sharded_checkpoint.h"
@@ -24,8 +25,11 @@ class RunCheckpoints {
 
   // Saves the state after `taken` steps with the data position `data_position`
   // (an offloaded optimizer's pending update applied first); nothing when
-  // that step is saved already.
-  void Save(int64_t taken, int64_t data_position);
+  // that step is saved already. With `best`, the checkpoint becomes the
+  // directory's best (--keep-best): best.json names it once it is complete,
+  // before the pruning, so the best it displaces goes unless it is among the
+  // newest kept.
+  void Save(int64_t taken, int64_t data_position, std::optional<checkpoint::BestCheckpoint> best = std::nullopt);
   // Waits for a save in flight (a warning when it failed) and returns the
   // newest complete checkpoint ("" when there is none or no directory).
   std::string Finish();

@@ -187,10 +187,8 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
       std::optional<EvaluationRow> evaluated;
       if (evaluation.Due(step)) {
         evaluated = evaluation.Evaluate(state.step(), step);
-        if (evaluated->best && evaluation.keeps_best()) {
-          checkpoints.Save(step, data.position());
-          evaluation.RecordBest(*evaluated);
-        }
+        if (evaluated->best && evaluation.keeps_best())
+          checkpoints.Save(step, data.position(), checkpoint::BestCheckpoint{step, evaluated->loss});
       }
       report.Step(result, timing, state.steps_taken(), data.position(), evaluated, evaluation.best());
       if (step == config.steps) report.WriteTrace(state.step().program(), result.measurement);

@@ -252,5 +252,54 @@ TEST_F(StoreTest, ASaveThatFailsOnOneRankLeavesNoPartialDirectory) {
   EXPECT_TRUE(CheckpointStore(dir_.string()).CompleteSteps().empty());
 }
 
+// --keep-best: a save that makes its checkpoint the best names it in
+// best.json after the commit and before pruning, so the best it displaces
+// goes (unless among the newest kept) — synchronously and in the background.
+// (The hostile run found the displaced best left behind: best.json was
+// written after the save had pruned.)
+TEST_F(StoreTest, ANewBestLetsTheBestItDisplacesGo) {
+  Plan plan;
+  plan.model = PresetModel("tiny-llama");
+  plan.profile = "cpu";
+  plan.seq_len = 64;
+  plan.micro_batch = 2;
+  plan.Validate();
+  const executor::LlamaModel model(plan.model);
+  std::vector<executor::FlatUnit> units;
+  executor::AdamWState state;
+  for (int u = 0; u < model.num_units(); ++u) {
+    units.emplace_back(model.unit_params(u), executor::FlatUnitOptions{}, at::Device(at::kCPU));
+    const int64_t n = units.back().master().numel();
+    state.exp_avg.push_back(at::zeros({n}, at::kFloat));
+    state.exp_avg_sq.push_back(at::zeros({n}, at::kFloat));
+  }
+  for (const bool async : {false, true}) {
+    SCOPED_TRACE(async ? "async" : "sync");
+    const fs::path dir = dir_ / (async ? "async" : "sync");
+    executor::CheckpointOptions options;
+    options.dir = dir.string();
+    options.keep = 1;
+    options.async = async;
+    executor::CheckpointWriter writer(plan, model, 0, options);
+    const CheckpointStore store(dir.string());
+    auto save = [&](int64_t step, std::optional<BestCheckpoint> best) {
+      executor::TrainingProgress progress{step, step * 2, step * 128};
+      progress.best = best;
+      ASSERT_EQ(writer.Save(units, state, progress), "");
+      ASSERT_EQ(writer.Wait(), "");
+    };
+    save(1, BestCheckpoint{1, 3.0});
+    save(2, std::nullopt);  // the newest kept, and the best
+    EXPECT_EQ(store.CompleteSteps(), (std::vector<int64_t>{1, 2}));
+    save(3, BestCheckpoint{3, 2.5});  // displaces 1; 2 is no longer the newest
+    EXPECT_EQ(store.CompleteSteps(), (std::vector<int64_t>{3}));
+    ASSERT_TRUE(store.Best().has_value());
+    EXPECT_EQ(store.Best()->step, 3);
+    EXPECT_DOUBLE_EQ(store.Best()->eval_loss, 2.5);
+    save(4, std::nullopt);
+    EXPECT_EQ(store.CompleteSteps(), (std::vector<int64_t>{3, 4}));
+  }
+}
+
 }  // namespace
 }  // namespace llmplan::checkpoint
