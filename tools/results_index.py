@@ -382,6 +382,25 @@ def index_changes(lines):
 
 
 
+def index_attention_backends(lines):
+    out = ["## Attention kernels side by side (`attention_backends.jsonl`)", "",
+           "`tools/device/attention_backends.py`: causal bf16 attention at a model's shape under each of SDPA's "
+           "backends, forward and backward in ms; the ratio is cuDNN's time over FlashAttention-2's (the kernel "
+           "`--attention documents` runs).", ""]
+    rows = []
+    for l in newest_first(lines):
+        c, m = l["config"], l["measured"]
+        cell = lambda k: (f"{m[k]['forward_ms']:.3f} / {m[k]['backward_ms']:.3f}" if k in m else "")
+        ratio_ = ""
+        if "cudnn" in m and "flash" in m:
+            ratio_ = (f"{m['cudnn']['forward_ms'] / m['flash']['forward_ms']:.2f} / "
+                      f"{m['cudnn']['backward_ms'] / m['flash']['backward_ms']:.2f}")
+        rows.append([l["date"], l["machine"], f"{c['model']}: B {c['batch']}, T {c['seq']}, heads {c['heads']}/{c['kv_heads']}, "
+                     f"head_dim {c['head_dim']}", cell("cudnn"), cell("flash"), cell("efficient"), ratio_, l.get("commit") or ""])
+    return out + table(["date", "machine", "shape", "cuDNN fwd / bwd", "flash fwd / bwd", "efficient fwd / bwd",
+                        "cuDNN ÷ flash", "commit"], rows)
+
+
 def index_generic(kind, lines):
     out = [f"## {kind} (`{kind}.jsonl`)", ""]
     rows = [[l.get("date", ""), l.get("machine", ""), json.dumps(l.get("config", {})), json.dumps(l.get("predicted", {})),
@@ -391,7 +410,8 @@ def index_generic(kind, lines):
 
 KINDS = [("accuracy", index_accuracy), ("fsdp2", index_fsdp2), ("plan_choice", index_plan_choice),
          ("offload_pairs", index_offload_pairs), ("offload_modes", index_offload_modes),
-         ("changes", index_changes), ("checkpoint_cost", index_checkpoint_cost), ("fine_tune", index_fine_tune)]
+         ("changes", index_changes), ("checkpoint_cost", index_checkpoint_cost), ("fine_tune", index_fine_tune),
+         ("attention_backends", index_attention_backends)]
 
 HEADER = """# Measurements
 
