@@ -77,6 +77,7 @@ ActivationShape ShapeOfPlan(const Plan& plan, bool cpu_device) {
     a.document_mask = cpu_device || plan.param_dtype != DType::kBF16 || d % 8 != 0 || d > 256;
     a.attention_work = a.document_mask ? 1.0 : plan.document_attention_work;
   }
+  a.trained_fraction = plan.trained_fraction;
   return a;
 }
 

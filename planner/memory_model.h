@@ -87,6 +87,8 @@ struct ActivationShape {
   bool documents = false;
   bool document_mask = false;
   double attention_work = 1;
+  // The share of targets the head computes the loss of (Plan::trained_fraction).
+  double trained_fraction = 1;
 };
 // fused_kernels: Plan::fused_kernels (the kernels run only on a GPU).
 ActivationShape ShapeOf(const ModelSpec& model, int64_t micro_batch, int64_t seq_len, int compute_bytes,

@@ -166,6 +166,8 @@ void Plan::Validate() const {
     fail("micro_batch x grad_accum x gpus x seq_len is over 2^53 tokens per step");
   if (prefetch_depth < 0 || prefetch_depth > 8) fail("prefetch_depth must be between 0 and 8");
   if (loss_chunk_tokens < 1) fail("loss_chunk_tokens must be positive");
+  if (!(trained_fraction > 0 && trained_fraction <= 1))
+    fail("trained_fraction must be above 0 and at most 1: the share of targets the loss trains");
   if (!(document_attention_work > 0 && document_attention_work <= static_cast<double>(seq_len)))
     fail("document_attention_work must be above 0 and at most seq_len: the documents' attention work over a whole "
          "window's");
@@ -294,6 +296,7 @@ nlohmann::json PlanToJson(const Plan& p) {
     j["attention"] = AttentionSpanName(p.attention);
     j["document_attention_work"] = p.document_attention_work;
   }
+  if (p.trained_fraction < 1) j["trained_fraction"] = p.trained_fraction;  // absent: every target, as before it
   return j;
 }
 
@@ -343,6 +346,7 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
   p.loss_chunk_tokens = r.Integer("loss_chunk_tokens", 1, int64_t{1} << 30, kDefaultLossChunkTokens);
   p.attention = ParseAttentionSpan(r.String("attention", "window"));
   p.document_attention_work = r.NumberIn("document_attention_work", 1e-9, 1e9, 1.0);
+  p.trained_fraction = r.NumberIn("trained_fraction", 1e-12, 1.0, 1.0);
   p.param_dtype = ParseDType(r.String("param_dtype", "bf16"));
   p.reduce_dtype = ParseDType(r.String("reduce_dtype", "fp32"));
   p.seed = static_cast<uint64_t>(r.Integer("seed", 0, int64_t{1} << 53, 1234));

@@ -195,6 +195,15 @@ struct Plan {
   // "document_attention_work", written with kDocuments, default 1.
   double document_attention_work = 1.0;
 
+  // --- the loss ---
+  // The share of targets the loss trains: under a loss mask (data prepare
+  // --chat writes one beside the token file) the head computes the logits of
+  // the trained targets' rows only, so its GEMMs and its softmax shrink by
+  // this much (the final norm does not). Measured from the data by estimate
+  // --data and by run (data/loss_mask.h). JSON "trained_fraction", written
+  // when below 1, default 1.
+  double trained_fraction = 1.0;
+
   // --- dtypes ---
   DType param_dtype = DType::kBF16;   // compute copies
   DType reduce_dtype = DType::kFP32;  // gradient reduce-scatter / all-reduce

@@ -174,6 +174,7 @@ class Searcher {
     plan.fused_kernels = req_.fused_kernels;
     plan.attention = req_.attention;
     plan.document_attention_work = req_.document_attention_work;
+    plan.trained_fraction = req_.trained_fraction;
     plan.loss_chunk_tokens = req_.loss_chunk_tokens.value_or(kDefaultLossChunkTokens);
     plan.strategy = c.strategy;
     plan.shard_group_size = c.group;

@@ -73,6 +73,7 @@ struct SearchRequest {
   bool fused_kernels = true;  // Plan::fused_kernels
   AttentionSpan attention = AttentionSpan::kWindow;  // Plan::attention
   double document_attention_work = 1.0;              // Plan::document_attention_work
+  double trained_fraction = 1.0;                     // Plan::trained_fraction
 };
 
 struct RankedAlternative {

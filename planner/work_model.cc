@@ -142,13 +142,16 @@ OpWork BlockBackwardWork(const ActivationShape& a, double block_params) {
 OpWork HeadForwardWork(const ActivationShape& a) {
   const PerToken z(a);
   const double t = a.tokens, h = a.hidden, v = a.vocab;
+  // Under a loss mask the loss runs on the trained targets' rows only
+  // (selected after the final norm, which runs on every token).
+  const double n = t * a.trained_fraction;
   OpWork w;
   // The chunked cross-entropy computes the logits and both gradients here:
   // logits = h W^T, d hidden = dlogits W, d W += dlogits^T h, one chunk of
   // at most loss_chunk tokens at a time: the chunk's tokens are a GEMM side
   // (the K of d W), so a long micro-batch does not make these GEMMs larger.
-  w.gemm_flops = 3 * 2 * t * h * v;
-  w.gemm_min_dim = std::min({t, h, std::max(1.0, a.loss_chunk)});
+  w.gemm_flops = 3 * 2 * n * h * v;
+  w.gemm_min_dim = std::min({n, h, std::max(1.0, a.loss_chunk)});
   // Per token of every chunk, in fp32 unless said: the matmul's output (cV),
   // its fp32 copy (cV + 4V); the log-sum-exp as LibTorch runs it: max (4V),
   // (logits - max) into a temporary (8V), exp_ in place (8V), sum (4V);
@@ -160,8 +163,8 @@ OpWork HeadForwardWork(const ActivationShape& a) {
   // is the holder's flat gradient, whose zeroing the program prices where it
   // makes it (ProgramBuilder::MakeComputeGrad).
   const double per_vocab = z.fused ? 4 * z.c : z.c == 4 ? 52 : 3 * z.c + 56;
-  w.elementwise_bytes = t * (RmsNormBytes(z) + per_vocab * v) + (z.fused ? 0 : z.c * v * h);
-  const double chunks = std::ceil(t / std::max(1.0, a.loss_chunk));
+  w.elementwise_bytes = t * RmsNormBytes(z) + n * per_vocab * v + (z.fused ? 0 : z.c * v * h);
+  const double chunks = std::ceil(n / std::max(1.0, a.loss_chunk));
   // Per chunk: 3 GEMMs and the loss's sum and add, and the softmax (1 kernel
   // fused, 7 composite).
   w.launches = RmsNormLaunches(z) + 3 + static_cast<int>((z.fused ? 6 : 12) * chunks);
@@ -171,18 +174,19 @@ OpWork HeadForwardWork(const ActivationShape& a) {
 OpWork HeadEvaluationWork(const ActivationShape& a) {
   const PerToken z(a);
   const double t = a.tokens, h = a.hidden, v = a.vocab;
+  const double n = t * a.trained_fraction;  // the rows the loss runs on, as in training
   OpWork w;
   // One GEMM per chunk (the logits); no gradient GEMMs.
-  w.gemm_flops = 2 * t * h * v;
-  w.gemm_min_dim = std::min({t, h, std::max(1.0, a.loss_chunk)});
+  w.gemm_flops = 2 * n * h * v;
+  w.gemm_min_dim = std::min({n, h, std::max(1.0, a.loss_chunk)});
   // Per token of every chunk: the matmul's output (cV); fused, the kernel
   // reads it once for the row's max and sum and once more for the target
   // (2cV); composite, its fp32 copy (cV + 4V) and the log-sum-exp as LibTorch
   // runs it (max 4V, (logits - max) into a temporary 8V, exp_ in place 8V,
   // sum 4V). Plus the final norm.
   const double per_vocab = z.fused ? 3 * z.c : z.c == 4 ? 28 : 2 * z.c + 28;
-  w.elementwise_bytes = t * (RmsNormBytes(z) + per_vocab * v);
-  const double chunks = std::ceil(t / std::max(1.0, a.loss_chunk));
+  w.elementwise_bytes = t * RmsNormBytes(z) + n * per_vocab * v;
+  const double chunks = std::ceil(n / std::max(1.0, a.loss_chunk));
   // Per chunk: the GEMM, the loss's sum and add, and the softmax's sums (1
   // kernel fused, 6 composite).
   w.launches = RmsNormLaunches(z) + static_cast<int>((z.fused ? 4 : 9) * chunks);

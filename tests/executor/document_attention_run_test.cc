@@ -114,7 +114,7 @@ TEST_F(DocumentAttentionRunTest, BadInputIsOneLineAndWritesNothing) {
        "has no document index"},
       {"estimate --model tiny-llama --gpus 1 --gpu cpu --seq 64 --global-batch 4 --data " + Path("bare.bin") + " -o " +
            Path("bad.json"),
-       "--attention documents only"},
+       "has no loss mask and --attention is window"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.args);

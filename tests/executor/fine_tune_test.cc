@@ -84,6 +84,21 @@ TEST(FineTuneTest, ChatDataInitFromEvaluationAndTheBestCheckpoint) {
   EXPECT_LT(eval_losses.back(), eval_losses.front() - 0.5);
   const auto best = nlohmann::json::parse(std::ifstream(path("ckpt/best.json")));
   EXPECT_TRUE(fs::exists(path("ckpt/" + best["checkpoint"].get<std::string>() + "/manifest.json")));
+
+  // The head is priced by the share of targets the mask trains: estimate
+  // --data records it, and run sets it from its data whatever plan it got
+  // (this one was made without --data).
+  CommandResult masked = RunLlmplan("estimate --model " + path("base/config.json") + " --gpus 1 --gpu cpu --seq 128 "
+                                    "--global-batch 4 --micro-batch 2 --data " + path("chat.bin") + " -o " +
+                                    path("masked.plan.json"));
+  ASSERT_EQ(masked.status, 0) << masked.output;
+  EXPECT_NE(masked.output.find("of the targets (the data's loss mask)"), std::string::npos) << masked.output;
+  const double share = nlohmann::json::parse(std::ifstream(path("masked.plan.json"))).at("trained_fraction").get<double>();
+  EXPECT_GT(share, 0.1);
+  EXPECT_LT(share, 1.0);
+  EXPECT_FALSE(nlohmann::json::parse(std::ifstream(path("plan.json"))).contains("trained_fraction"));
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(std::ifstream(path("tuned/plan.json"))).at("trained_fraction").get<double>(),
+                   share);
   fs::remove_all(dir);
 }
 

@@ -15,6 +15,7 @@
 
 #include "data/document_index.h"
 #include "data/document_pieces.h"
+#include "data/loss_mask.h"
 #include "data/token_file.h"
 #include "feedback/calibration_store.h"
 #include "planner/nvme_offload.h"
@@ -39,7 +40,9 @@ struct EstimateOptions {
   std::string strategy, checkpoint_layers, offload, offload_to, offload_staging, replicate_edges, cast_at_gather;
   std::string kernels = "fused";
   std::string attention = "window";
-  std::string data;  // with --attention documents: the token file whose documents price attention
+  // The token file to train on: its documents price attention (--attention
+  // documents) and its loss mask, where it has one, the head.
+  std::string data;
   static constexpr int64_t kUnpinned = std::numeric_limits<int64_t>::min();  // no value a user can type
   int64_t micro_batch = kUnpinned, grad_accum = kUnpinned, shard_group = kUnpinned;
   int64_t seq = kUnpinned;  // 4096, or the model's max_position_embeddings when smaller
@@ -211,8 +214,22 @@ void Run(const EstimateOptions& o) {
       throw UserError("--data " + o.data + " holds " + std::to_string(index.tokens()) + " tokens, not one window of " +
                       std::to_string(req.seq_len) + " + 1");
     req.document_attention_work = data::CountDocumentPieces(index, req.seq_len).attention_work;
-  } else if (!o.data.empty()) {
-    throw UserError("--data is read for --attention documents only: drop it, or add --attention documents");
+  }
+  if (!o.data.empty()) {
+    // A loss mask beside the data (data prepare --chat): the head computes
+    // the trained targets' rows only.
+    const std::string mask = data::LossMaskPathFor(o.data);
+    if (std::filesystem::exists(mask)) {
+      const data::LossMaskFile read(mask, data::TokenFile(o.data).size());
+      if (read.trained() == 0)
+        throw UserError("--data " + o.data + ": its loss mask " + mask + " trains no token (no assistant turn?): "
+                        "there is nothing to learn; prepare the data again");
+      req.trained_fraction = static_cast<double>(read.trained()) / static_cast<double>(read.size());
+    } else if (req.attention != AttentionSpan::kDocuments) {
+      throw UserError("--data is read for --attention documents and for the loss mask beside it (" + mask +
+                      ", which data prepare --chat writes): " + o.data + " has no loss mask and --attention is window: "
+                      "drop --data, or add --attention documents");
+    }
   }
   if (o.prefetch < 0 || o.prefetch > 8) throw UserError("--prefetch must be between 0 and 8");
   req.prefetch_depth = o.prefetch;
@@ -344,7 +361,9 @@ void AddEstimateCommand(CLI::App& app) {
                   "document of a packed window (llmplan run --attention documents), priced by the documents of "
                   "--data")
       ->capture_default_str();
-  cmd->add_option("--data", o->data, "With --attention documents: the token file to train on (its .docs index)");
+  cmd->add_option("--data", o->data,
+                  "The token file to train on: its documents price --attention documents (its .docs index), its loss "
+                  "mask (.lossmask, from data prepare --chat) the head");
   cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (default: the profile's)");
   cmd->add_option("--host-memory", o->host_memory_gib,
                   "GiB of host memory the job may pin per node (default: the profile's per GPU x GPUs on the node)");

@@ -61,6 +61,9 @@ void PrintEstimate(std::ostream& out, const Estimate& e, const HardwareProfile& 
                            (p.delayed_update ? ", delayed update (each step's gradients applied during the next)" : "") +
                            staging);
   out << Row("prefetch", std::to_string(p.prefetch_depth) + " unit(s) ahead");
+  if (p.trained_fraction < 1)
+    out << Row("loss", "on " + Percent(p.trained_fraction) + " of the targets (the data's loss mask): the head's logits "
+                       "for those rows only");
   if (p.attention == AttentionSpan::kDocuments)
     out << Row("attention", "inside each document (" + Percent(p.document_attention_work) +
                                 " of a whole window's attention work, from the data)");

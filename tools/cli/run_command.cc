@@ -372,11 +372,16 @@ void RunCommand(const RunOptions& o) {
   CheckDocumentAttention(o, config, executor::ReadDistributedEnv().rank == 0);
   // A loss mask beside the data (data prepare --chat) changes what is
   // trained: say so, with how much, before anything starts.
-  if (const std::string mask = data::LossMaskPathFor(o.data_path); std::filesystem::exists(mask) &&
-                                                                   executor::ReadDistributedEnv().rank == 0) {
+  // The plan's trained_fraction becomes the mask's (what the head's
+  // prediction is scaled by), on every rank alike; 1 without one.
+  config.plan.trained_fraction = 1.0;
+  if (const std::string mask = data::LossMaskPathFor(o.data_path); std::filesystem::exists(mask)) {
     const data::LossMaskFile read(mask, data::TokenFile(o.data_path).size());
-    std::printf("llmplan: note: training with the loss mask %s: %.1f%% of the tokens are trained targets\n",
-                mask.c_str(), read.size() > 0 ? 100.0 * static_cast<double>(read.trained()) / static_cast<double>(read.size()) : 0.0);
+    const double trained = static_cast<double>(read.trained()) / static_cast<double>(read.size());
+    config.plan.trained_fraction = std::max(trained, 1.0 / static_cast<double>(read.size()));
+    if (executor::ReadDistributedEnv().rank == 0)
+      std::printf("llmplan: note: training with the loss mask %s: %.1f%% of the tokens are trained targets\n",
+                  mask.c_str(), 100.0 * trained);
   }
   config.run_dir = o.out;
   config.device = o.cpu ? "cpu" : "cuda";  // cuda:LOCAL_RANK when several processes run
