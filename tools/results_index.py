@@ -14,7 +14,7 @@ the newest first: by date, then later lines before earlier ones.
 A README.md table is chosen by its marker:
     <!-- results: accuracy rows=a01-a13 -->   the newest accuracy set that has all these rows
     <!-- results: accuracy set=NAME -->       the rows of one accuracy set
-    <!-- results: fsdp2 -->                   the newest race against FSDP2
+    <!-- results: fsdp2 -->                   the newest device call's races against FSDP2
     <!-- results: fine_tune -->               the newest fine-tuning set (tools/device/fine_tune.sh)
 and ends at `<!-- /results -->`.
 """
@@ -239,23 +239,26 @@ def gib(x):
 
 
 def readme_fsdp2(lines):
-    l = newest_first(lines)[0]
-    me, eager, comp, pred = fsdp2_row(l)
-    m = l["measured"]
-    c = l["config"]
-    config = (f"{c['model']} on {c['gpus']} GPU{'s' if c['gpus'] != 1 else ''}, seq {c['seq']}, "
-              f"micro-batch {c['micro_batch']} × {c.get('grad_accum') or 1}, checkpointed {c['checkpointed']}, "
-              f"{c['strategy']}" + (f", {c['loss_chunk']}-token loss chunks" if c.get("loss_chunk") else ""))
-    out = [f"Measured on {l['date']}, on {l['machine']}, with `{l['command']}`.", ""]
-    rows = [["llmplan `run`", f"**{tok(me)}**", f"{100 * m['llmplan']['mfu']:.1f}%", gib(m["llmplan"].get("peak_allocated_gib")),
-             "1.000×", f"predicted {tok(pred)}" if pred else ""]]
-    for key, name in (("fsdp2_eager", "FSDP2 eager"), ("fsdp2_compiled", "FSDP2 + torch.compile per block")):
-        if key in m:
-            r = m[key]
-            rows.append([name, tok(r["tokens_per_s_per_gpu"]), f"{100 * r['mfu']:.1f}%", gib(r.get("peak_allocated_gib")),
-                         f"**{ratio(me, r['tokens_per_s_per_gpu'])}**", ""])
-    out += [f"{config} (plan: [{os.path.basename(l['plan'])}]({l['plan']})):", ""]
-    out += table(["run", "tokens/s/GPU", "MFU", "peak allocated", "llmplan ÷ run", ""], rows)
+    """The newest device call's races (the newest date's lines on the newest
+    line's machine), one row per plan."""
+    newest = newest_first(lines)[0]
+    rows_of = [l for l in lines if l["date"] == newest["date"] and l["machine"] == newest["machine"]]
+    commands = list(dict.fromkeys(l["command"] for l in rows_of))
+    out = [f"Measured on {newest['date']}, on {newest['machine']}, one plan after the other, with "
+           + "; ".join(f"`{c}`" for c in commands) + ".", ""]
+    rows = []
+    for l in rows_of:
+        me, eager, comp, _ = fsdp2_row(l)
+        m, c = l["measured"], l["config"]
+        config = (f"[{c['model']}]({l['plan']}), seq {c['seq']}, mb {c['micro_batch']} × {c.get('grad_accum') or 1}, "
+                  f"{c['strategy']}, checkpointed {c['checkpointed']}")
+        peaks = " / ".join(gib(m.get(k, {}).get("peak_allocated_gib")) for k in ("llmplan", "fsdp2_compiled"))
+        rows.append([config, f"**{tok(me)}** ({100 * m['llmplan']['mfu']:.1f}%)",
+                     f"{tok(eager)} ({100 * m['fsdp2_eager']['mfu']:.1f}%)" if eager else "",
+                     f"{tok(comp)} ({100 * m['fsdp2_compiled']['mfu']:.1f}%)" if comp else "",
+                     f"**{ratio(me, eager)}**" if eager else "", f"**{ratio(me, comp)}**" if comp else "", peaks])
+    out += table(["plan", "llmplan tokens/s/GPU (MFU)", "FSDP2 eager", "FSDP2 + torch.compile per block",
+                  "llmplan ÷ eager", "llmplan ÷ compiled", "peak allocated, llmplan / FSDP2 compiled"], rows)
     return out
 
 
