@@ -10,8 +10,10 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "base/user_error.h"
+#include "data/token_file.h"
 
 namespace llmplan::data {
 
@@ -27,6 +29,13 @@ int64_t MaskBytes(int64_t tokens) { return (tokens + 7) / 8; }
 }  // namespace
 
 std::string LossMaskPathFor(const std::string& token_path) { return token_path + ".lossmask"; }
+
+std::optional<double> TrainedShareOf(const std::string& token_path) {
+  const std::string path = LossMaskPathFor(token_path);
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  const LossMaskFile mask(path, TokenFile(token_path).size());
+  return static_cast<double>(mask.trained()) / static_cast<double>(mask.size());
+}
 
 LossMaskWriter::LossMaskWriter(const std::string& path) : file_(path, "loss mask") {
   // A placeholder; the header with the count is written on Commit().

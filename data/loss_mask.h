@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,13 @@ inline constexpr int64_t kLossMaskHeaderBytes = 24;
 
 // The mask's path for a token file: token_path + ".lossmask".
 std::string LossMaskPathFor(const std::string& token_path);
+
+// The share of a token file's tokens its mask trains (trained / count), or
+// nullopt when no mask lies beside it: what the planner scales the head's
+// work by (planner/plan.h, Plan::trained_fraction). Opens the token file and
+// the mask and counts the mask's bits; throws UserError as TokenFile and
+// LossMaskFile do.
+std::optional<double> TrainedShareOf(const std::string& token_path);
 
 // Writes a loss mask through an AtomicFile: `path` holds the old file or the
 // whole new one, never a partial one.

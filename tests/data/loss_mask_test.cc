@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "base/user_error.h"
+#include "data/token_file_writer.h"
 
 namespace llmplan::data {
 namespace {
@@ -56,6 +57,17 @@ const std::vector<int> kBits = {1, 0, 0, 1, 1, 1, 0, 0, /**/ 0, 0, 0, 0, 0, 0, 0
 
 TEST_F(LossMaskTest, PathIsTheTokenFileWithSuffix) {
   EXPECT_EQ(LossMaskPathFor("out/train.bin"), "out/train.bin.lossmask");
+}
+
+TEST_F(LossMaskTest, TrainedShareIsTheMasksOnesOverItsTokensAndNoneWithoutAMask) {
+  const std::string tokens = (dir_ / "tokens.bin").string();
+  TokenFileWriter writer(tokens, /*llmc_header=*/true, /*token_bytes=*/2);
+  for (size_t i = 0; i < kBits.size(); ++i) writer.Add(static_cast<uint32_t>(i));
+  writer.Commit();
+  EXPECT_FALSE(TrainedShareOf(tokens).has_value());
+  Write(kBits);  // 7 of 19 trained
+  ASSERT_TRUE(TrainedShareOf(tokens).has_value());
+  EXPECT_DOUBLE_EQ(*TrainedShareOf(tokens), 7.0 / 19.0);
 }
 
 TEST_F(LossMaskTest, WriterLaysDownHeaderAndBitsLeastSignificantFirst) {

@@ -219,12 +219,11 @@ void Run(const EstimateOptions& o) {
     // A loss mask beside the data (data prepare --chat): the head computes
     // the trained targets' rows only.
     const std::string mask = data::LossMaskPathFor(o.data);
-    if (std::filesystem::exists(mask)) {
-      const data::LossMaskFile read(mask, data::TokenFile(o.data).size());
-      if (read.trained() == 0)
+    if (const std::optional<double> share = data::TrainedShareOf(o.data)) {
+      if (*share == 0)
         throw UserError("--data " + o.data + ": its loss mask " + mask + " trains no token (no assistant turn?): "
                         "there is nothing to learn; prepare the data again");
-      req.trained_fraction = static_cast<double>(read.trained()) / static_cast<double>(read.size());
+      req.trained_fraction = *share;
     } else if (req.attention != AttentionSpan::kDocuments) {
       throw UserError("--data is read for --attention documents and for the loss mask beside it (" + mask +
                       ", which data prepare --chat writes): " + o.data + " has no loss mask and --attention is window: "

@@ -374,15 +374,12 @@ void RunCommand(const RunOptions& o) {
   // trained: say so, with how much, before anything starts.
   // The plan's trained_fraction becomes the mask's (what the head's
   // prediction is scaled by), on every rank alike; 1 without one.
-  config.plan.trained_fraction = 1.0;
-  if (const std::string mask = data::LossMaskPathFor(o.data_path); std::filesystem::exists(mask)) {
-    const data::LossMaskFile read(mask, data::TokenFile(o.data_path).size());
-    const double trained = static_cast<double>(read.trained()) / static_cast<double>(read.size());
-    config.plan.trained_fraction = std::max(trained, 1.0 / static_cast<double>(read.size()));
-    if (executor::ReadDistributedEnv().rank == 0)
-      std::printf("llmplan: note: training with the loss mask %s: %.1f%% of the tokens are trained targets\n",
-                  mask.c_str(), 100.0 * trained);
-  }
+  const std::optional<double> share = data::TrainedShareOf(o.data_path);
+  // (A mask that trains nothing is priced as the least share a plan holds.)
+  config.plan.trained_fraction = share ? std::max(*share, 1e-12) : 1.0;
+  if (share && executor::ReadDistributedEnv().rank == 0)
+    std::printf("llmplan: note: training with the loss mask %s: %.1f%% of the tokens are trained targets\n",
+                data::LossMaskPathFor(o.data_path).c_str(), 100.0 * *share);
   config.run_dir = o.out;
   config.device = o.cpu ? "cpu" : "cuda";  // cuda:LOCAL_RANK when several processes run
   config.progress = true;
