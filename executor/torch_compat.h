@@ -34,6 +34,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 #endif
 
 #define LLMPLAN_TORCH_AT_LEAST(major, minor) \
@@ -381,17 +382,32 @@ inline void MaterializeStorage(const at::Tensor& tensor, size_t nbytes) {
 // A moment on the current stream of a device, for measuring where an op ran:
 // on CUDA a timing event recorded on the current stream (the host never
 // waits for it until Seconds), on the CPU the host clock (ops are synchronous).
+// Recorded while the stream is captured into a CUDA graph (StepGraph), the
+// event becomes a node of the graph, recorded again at every replay (CUDA's
+// external event records): a replayed op keeps its measured span.
 class StreamMark {
  public:
   StreamMark() = default;
   StreamMark(const StreamMark&) = delete;
   StreamMark& operator=(const StreamMark&) = delete;
+  ~StreamMark() {
+#ifdef LLMPLAN_WITH_CUDA
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+#endif
+  }
 
   void Record(const at::Device& device) {
 #ifdef LLMPLAN_WITH_CUDA
     if (device.is_cuda()) {
-      if (!event_) event_ = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);  // timing enabled
-      event_->record(at::cuda::getCurrentCUDAStream(device.index()));
+      const c10::cuda::CUDAGuard on(device);
+      if (event_ == nullptr) C10_CUDA_CHECK(cudaEventCreate(&event_));  // timing enabled
+      const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+      if (capture == cudaStreamCaptureStatusActive)
+        C10_CUDA_CHECK(cudaEventRecordWithFlags(event_, stream, cudaEventRecordExternal));
+      else
+        C10_CUDA_CHECK(cudaEventRecord(event_, stream));
       on_device_ = true;
       return;
     }
@@ -404,20 +420,24 @@ class StreamMark {
   // to this mark. REQUIRES: both recorded and, on CUDA, this one completed.
   double SecondsSince(const StreamMark& start) const {
 #ifdef LLMPLAN_WITH_CUDA
-    if (on_device_) return start.event_->elapsed_time(*event_) / 1000.0;
+    if (on_device_) {
+      float ms = 0;
+      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, event_));
+      return ms / 1000.0;
+    }
 #endif
     return std::chrono::duration<double>(host_ - start.host_).count();
   }
   // Waits for the mark on the host (no-op on the CPU).
   void Synchronize() const {
 #ifdef LLMPLAN_WITH_CUDA
-    if (on_device_) event_->synchronize();
+    if (on_device_) C10_CUDA_CHECK(cudaEventSynchronize(event_));
 #endif
   }
   // The CUDA event (a cudaEvent_t) when recorded on a GPU, else null.
   void* cuda_event() const {
 #ifdef LLMPLAN_WITH_CUDA
-    if (on_device_) return static_cast<void*>(event_->event());
+    if (on_device_) return static_cast<void*>(event_);
 #endif
     return nullptr;
   }
@@ -426,7 +446,7 @@ class StreamMark {
   bool on_device_ = false;
   std::chrono::steady_clock::time_point host_;
 #ifdef LLMPLAN_WITH_CUDA
-  std::unique_ptr<at::cuda::CUDAEvent> event_;
+  cudaEvent_t event_ = nullptr;
 #endif
 };
 

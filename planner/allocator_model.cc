@@ -258,6 +258,11 @@ void CachingAllocatorModel::ProcessCompletedEvents() {
 
 // synchronize_and_free_events: cudaEventSynchronize on every outstanding
 // event, so every pending block is free afterwards.
+void CachingAllocatorModel::EmptyCache() {
+  WaitForAllEvents();
+  ReleaseWhollyFreeSegments();
+}
+
 void CachingAllocatorModel::WaitForAllEvents() {
   for (auto& [stream, ev] : events_) {
     ev.completed = ev.recorded;

@@ -90,6 +90,10 @@ class CachingAllocatorModel {
   // The sequence of the last event recorded on `stream` (0: none yet).
   int64_t EventsRecorded(int stream) const;
 
+  // As c10::cuda::CUDACachingAllocator::emptyCache: waits for every
+  // outstanding event, then cudaFrees every segment that is one free block.
+  void EmptyCache();
+
   double allocated_bytes() const { return static_cast<double>(allocated_.current); }
   double reserved_bytes() const { return static_cast<double>(reserved_.current); }
   double peak_allocated_bytes() const { return static_cast<double>(allocated_.peak); }

@@ -36,7 +36,15 @@ bool CostModel::PricedAsCompute(const StepOp& op) {
 }
 
 double CostModel::Seconds(const StepOp& op) const {
-  if (PricedAsCompute(op)) return ComputeSeconds(op.work);
+  // In a CUDA graph the kernels are launched by the device from the graph,
+  // not one by one by the host: no launch floor, and each kernel's fixed
+  // cost is the graph's (HardwareProfile::graph_kernel_overhead_s).
+  if (PricedAsCompute(op)) {
+    if (!op.captured) return ComputeSeconds(op.work);
+    ComputeTerms t = ComputeTermSeconds(op.work);
+    t.kernel_overhead = op.work.launches * profile_.GraphKernelOverheadSeconds();
+    return t.DeviceSeconds();
+  }
   const OpWork& w = op.work;
   switch (op.kind) {
     case OpKind::kAllGather:
@@ -73,6 +81,9 @@ double CostModel::Seconds(const StepOp& op) const {
 }
 
 double CostModel::IssueSeconds(const StepOp& op) const {
+  // The captured ops are the program's first (MarkCapturedOps): the host
+  // issues them as one graph launch, priced as one kernel's.
+  if (op.captured) return op.id == 0 ? profile_.kernel_launch_s : 0;
   switch (op.stream) {
     case StreamKind::kCpu: return 0;
     case StreamKind::kCompute:

@@ -28,11 +28,13 @@ class CostModel {
   // REQUIRES: profile outlives the CostModel.
   explicit CostModel(const HardwareProfile& profile) : profile_(profile) {}
 
-  // Seconds for `op` with the device to itself.
+  // Seconds for `op` with the device to itself (a captured op, replayed from
+  // the step's CUDA graph, without the floor of the host's launches).
   double Seconds(const StepOp& op) const;
 
   // Host seconds to issue `op`: its kernel launches (a collective or a copy
   // is one). Zero for host work, which HostBlocks() accounts for instead.
+  // The captured ops are one graph launch, charged to the first.
   double IssueSeconds(const StepOp& op) const;
 
   // GEMMs at the shape-dependent efficiency, attention at the measured rate,

@@ -247,6 +247,7 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   p.elementwise_efficiency = compute.NumberIn("elementwise_efficiency", 0.01, 1.0, 0.7);
   p.kernel_launch_s = compute.NumberIn("kernel_launch_s", 0, 1, 4e-6);
   p.kernel_overhead_s = compute.NumberIn("kernel_overhead_s", 0, 1, 0);
+  p.graph_kernel_overhead_s = compute.NumberIn("graph_kernel_overhead_s", 0, 1, 0);
   p.launch_queue_depth = static_cast<int>(compute.Integer("launch_queue_depth", 1, 1 << 20, 1024));
   p.compute_slowdown_during_collectives = compute.NumberIn("slowdown_during_collectives", 0, 10, 0.08);
 
@@ -350,6 +351,7 @@ nlohmann::json HardwareProfileToJson(const HardwareProfile& p) {
             {"elementwise_efficiency", p.elementwise_efficiency},
             {"kernel_launch_s", p.kernel_launch_s},
             {"kernel_overhead_s", p.kernel_overhead_s},
+            {"graph_kernel_overhead_s", p.graph_kernel_overhead_s},
             {"launch_queue_depth", p.launch_queue_depth},
             {"slowdown_during_collectives", p.compute_slowdown_during_collectives}}},
           {"host",

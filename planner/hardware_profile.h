@@ -80,6 +80,13 @@ struct HardwareProfile {
   double elementwise_efficiency = 0.7;      // fraction of memory bandwidth elementwise kernels reach
   double kernel_launch_s = 4e-6;            // host cost of issuing one kernel (the host runs ahead unless work is tiny)
   double kernel_overhead_s = 0;             // device time each kernel adds beyond its work (launch latency, tail)
+  // The same inside a CUDA graph (Plan::cuda_graph), where the device takes
+  // each kernel from the graph instead of the host's queue; JSON
+  // "graph_kernel_overhead_s", measured by llmplan profile. 0: not measured
+  // (a captured kernel is priced as kernel_overhead_s, and the plan search
+  // does not try the graph: all it could predict is the host's launches).
+  double graph_kernel_overhead_s = 0;
+  double GraphKernelOverheadSeconds() const { return graph_kernel_overhead_s > 0 ? graph_kernel_overhead_s : kernel_overhead_s; }
   // Kernels the host may have issued and not yet finished before a launch
   // blocks (CUDA's launch queue); it bounds how far the host runs ahead.
   int launch_queue_depth = 1024;

@@ -3,7 +3,7 @@
 namespace llmplan {
 
 double AllocatorPersistentBytes(const PersistentMemory& pm) {
-  return pm.param_shards + pm.grad_shards + pm.optimizer_state + pm.compute_params + pm.workspaces + pm.step_inputs;
+  return pm.param_shards + pm.grad_shards + pm.optimizer_state + pm.compute_params + pm.workspaces + pm.graph_workspaces + pm.step_inputs;
 }
 
 MemoryTimeline ReplayMemory(const StepProgram& program) {

@@ -148,6 +148,16 @@ void Plan::Validate() const {
          std::string(offload != Offload::kNone ? "offloads (the update comes back as the compute-dtype shard)"
                                                : "has no all-gathers (no_shard, or shard groups of one GPU)") +
          ": drop cast_at_gather");
+  if (cuda_graph) {
+    std::string why;
+    if (gpus != 1) why = "runs on " + std::to_string(gpus) + " GPUs (collectives are not captured)";
+    else if (offload != Offload::kNone) why = "offloads (its copies and the host's AdamW are not captured)";
+    else if (attention == AttentionSpan::kDocuments) why = "keeps attention inside documents, whose layout changes every batch";
+    else if (trained_fraction < 1) why = "trains under a loss mask, whose trained rows change every batch";
+    if (!why.empty())
+      fail("cuda_graph replays one captured step of fixed shapes on one GPU, and this plan " + why +
+           ": drop cuda_graph (estimate --cuda-graph no)");
+  }
   if (seq_len < 1 || seq_len > (int64_t{1} << 22)) fail("seq_len must be between 1 and 4194304");
   // Positions past the model's maximum were never trained: the model's own
   // code (and Hugging Face's) is not meant to run there.
@@ -249,6 +259,7 @@ std::string PlanSummary(const Plan& p) {
   if (p.replicate_edges) s += ", edges whole";
   if (p.cast_at_gather) s += ", cast at gather";
   if (!p.fused_kernels) s += ", composite kernels";
+  if (p.cuda_graph) s += ", CUDA graph";
   if (p.attention == AttentionSpan::kDocuments) s += ", attention in documents";
   return s;
 }
@@ -292,6 +303,7 @@ nlohmann::json PlanToJson(const Plan& p) {
   // stages nothing on the host.
   if (OffloadsOptimizer(p.offload)) j["offload_staging"] = OffloadStagingName(p.offload_staging);
   if (p.cast_at_gather) j["cast_at_gather"] = true;  // absent in every plan file before it
+  if (p.cuda_graph) j["cuda_graph"] = true;          // likewise
   if (p.attention == AttentionSpan::kDocuments) {  // absent: "window", as every plan file before it
     j["attention"] = AttentionSpanName(p.attention);
     j["document_attention_work"] = p.document_attention_work;
@@ -324,6 +336,7 @@ Plan PlanFromJson(const nlohmann::json& input, const std::string& context) {
   p.delayed_update = r.Bool("delayed_update", false);
   p.offload_staging = ParseOffloadStaging(r.String("offload_staging", "slots"));
   p.cast_at_gather = r.Bool("cast_at_gather", false);
+  p.cuda_graph = r.Bool("cuda_graph", false);
   if (r.Has("checkpoint_layers")) {
     const auto& cl = r.Raw("checkpoint_layers");
     if (cl.is_string()) {

@@ -177,6 +177,19 @@ struct Plan {
   // shapes base/block_kernel_shapes.h excludes, planner and executor both
   // use the composite ops.
   bool fused_kernels = true;
+  // The step's forward and backward captured once as a CUDA graph and
+  // replayed every step after (StepProgram::cuda_graph): the host launches
+  // one graph instead of ~1,700 kernels a step of a 135M model, and the gaps
+  // between those kernels that the host's launches left shrink. The graph's
+  // memory is a private pool of the caching allocator that nothing outside
+  // it reuses (simulator/reserved_memory.h prices it). JSON "cuda_graph",
+  // written only when true; `estimate --cuda-graph yes|no`, else the search
+  // keeps it on a one-GPU plan where it is predicted faster and fits. A CPU
+  // run runs the same program without a graph. REQUIRES (Validate): one GPU
+  // (collectives are not captured), offload none, attention in the window,
+  // every target trained (a loss mask's rows, and documents' layouts, change
+  // shape from batch to batch; a graph replays one shape).
+  bool cuda_graph = false;
   // Tokens per chunk of the chunked cross-entropy (the fp32 logits never
   // exist whole); JSON "loss_chunk_tokens", default kDefaultLossChunkTokens.
   int64_t loss_chunk_tokens = kDefaultLossChunkTokens;

@@ -73,6 +73,16 @@ class Searcher {
         out.Sort();
       }
     }
+    // Only where the profile measured what a graph does to each kernel:
+    // without it, all a graph could be credited with is the host's
+    // launches, which the host issuing ahead mostly hides anyway.
+    if (!req_.cuda_graph && !out.feasible.empty() && profile_.device_kind != "cpu" && profile_.graph_kernel_overhead_s > 0) {
+      std::optional<Estimate> graphed = WithCudaGraph(out.feasible.front(), req_, fitter_);
+      if (graphed) {
+        out.Add(std::move(*graphed));
+        out.Sort();
+      }
+    }
     return out;
   }
 
@@ -188,6 +198,7 @@ class Searcher {
                           plan.offload_to == OffloadTier::kHost && plan.grad_accum == 1;
     const bool can_cast = plan.offload == Offload::kNone && c.strategy != ShardingStrategy::kNoShard && c.group > 1;
     plan.cast_at_gather = can_cast && req_.cast_at_gather.value_or(false);
+    plan.cuda_graph = req_.cuda_graph.value_or(false) && CanCaptureCudaGraph(plan);
     return plan;
   }
 

@@ -64,6 +64,12 @@ struct SearchRequest {
   // blocks recomputed) or the only one that fits. Pinned true: on every plan
   // that can take it (sharded, offload none).
   std::optional<bool> cast_at_gather;
+  // Plan::cuda_graph. Unset: tried on the best plan of one GPU that can take
+  // it, where the profile measured kernels replayed from a graph
+  // (HardwareProfile::graph_kernel_overhead_s), and kept where it is
+  // predicted faster and fits. Pinned true: on every plan that can take it
+  // (one GPU, offload none).
+  std::optional<bool> cuda_graph;
 
   OptimizerConfig optimizer;
   int prefetch_depth = 1;

@@ -288,6 +288,7 @@ StepProgram BuildStepProgram(const Plan& plan, const HardwareProfile& profile, b
   programs_built.fetch_add(1, std::memory_order_relaxed);
   StepProgram program = ProgramBuilder(plan, profile, op_names).Build();
   ToIssueOrder(program);
+  if (plan.cuda_graph && profile.device_kind != "cpu") MarkCapturedOps(program);
   return program;
 }
 

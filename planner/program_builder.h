@@ -13,6 +13,7 @@
 //                        which the forward and backward place
 //   program_evaluation.cc  an evaluation's forward-only program instead
 //   program_order.cc     ToIssueOrder: logical order -> issue order
+//   program_capture.cc   MarkCapturedOps: what a CUDA graph holds
 // What the phases hand each other is in program_state.h.
 #pragma once
 
@@ -186,5 +187,10 @@ class ProgramBuilder {
 // overlaps; ids are renumbered; then every collective and copy gains a dep on
 // the last compute op issued before it (rule 5 of step_program.h).
 void ToIssueOrder(StepProgram& program);
+
+// Plan::cuda_graph on a GPU (program_capture.cc): marks StepOp::captured on
+// the ops the step's CUDA graph holds, in issue order, and sets
+// StepProgram::cuda_graph when there is any.
+void MarkCapturedOps(StepProgram& program);
 
 }  // namespace llmplan

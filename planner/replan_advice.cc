@@ -12,6 +12,12 @@ std::string RePlanAdvice(const Plan& plan, bool gpu_memory) {
   if (plan.OptimizerStateOnNvme()) pins += " --offload-to nvme";
   if (plan.cast_at_gather) pins += " --cast-at-gather yes";
   const bool all_checkpointed = static_cast<int64_t>(plan.checkpoint_layers.size()) == plan.model.layers;
+  if (plan.cuda_graph && gpu_memory) {
+    // The graph's private pool is memory nothing outside the graph reuses:
+    // the step without it, the same in every other way, is the first to try.
+    return "plan again without the CUDA graph: " + pins + " --micro-batch " + std::to_string(plan.micro_batch) +
+           " --cuda-graph no --offload " + OffloadName(plan.offload);
+  }
   if (plan.replicate_edges) {
     // The embedding's and head's whole state on every GPU is the cheapest
     // memory to give back: it costs only communication.

@@ -39,6 +39,19 @@ std::optional<Estimate> WithLongerLossChunk(const Estimate& best, const SearchRe
   return fitter.FitCheckpoints(p);
 }
 
+bool CanCaptureCudaGraph(const Plan& plan) {
+  return plan.gpus == 1 && plan.offload == Offload::kNone && plan.attention == AttentionSpan::kWindow &&
+         plan.trained_fraction >= 1;
+}
+
+std::optional<Estimate> WithCudaGraph(const Estimate& best, const SearchRequest& req, CheckpointFitter& fitter) {
+  Plan p = best.plan;
+  if (p.cuda_graph || !CanCaptureCudaGraph(p)) return std::nullopt;
+  p.cuda_graph = true;
+  if (!req.checkpoint_layers) p.checkpoint_layers.clear();
+  return fitter.FitCheckpoints(p);
+}
+
 std::vector<Choice> ReplicatedEdgeChoices(const std::vector<Estimate>& feasible, const HardwareProfile& profile) {
   std::vector<Choice> variants;
   for (const Estimate& e : feasible) {

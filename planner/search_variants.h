@@ -1,7 +1,8 @@
 // Variants the plan search tries on plans it has already evaluated, where
 // they could win: the gather casting the fp32 master (Plan::cast_at_gather),
-// a longer loss chunk (Plan::loss_chunk_tokens) and the edges kept whole
-// (Plan::replicate_edges). Private to the search.
+// a longer loss chunk (Plan::loss_chunk_tokens), the edges kept whole
+// (Plan::replicate_edges) and the step's CUDA graph (Plan::cuda_graph).
+// Private to the search.
 #pragma once
 
 #include <optional>
@@ -29,6 +30,17 @@ Estimate BetterWithCastAtGather(Estimate e, const SearchRequest& req, Checkpoint
 // blocks fitted again (the head's larger logits may need more of them); none
 // where its micro-batch is one chunk already.
 std::optional<Estimate> WithLongerLossChunk(const Estimate& best, const SearchRequest& req, CheckpointFitter& fitter);
+
+// Whether Plan::Validate lets `plan` take cuda_graph: one GPU, offload none,
+// attention in the window, every target trained.
+bool CanCaptureCudaGraph(const Plan& plan);
+
+// Plan::cuda_graph removes the host's launches from the forward and
+// backward (one graph launch instead) and keeps their tensors in a private
+// pool: `best` with it, its checkpointed blocks fitted again (the pool may
+// need more of them); none where `best` cannot take it. The search keeps
+// it where it is predicted faster and fits, as any other plan.
+std::optional<Estimate> WithCudaGraph(const Estimate& best, const SearchRequest& req, CheckpointFitter& fitter);
 
 // Keeping the embedding and head whole trades memory (their whole fp32 state
 // on every GPU) for communication (no gathers of the two largest units per

@@ -159,6 +159,9 @@ struct StepOp {
   // (planner/memory_model.h); the simulator applies them when the op starts.
   std::vector<MemoryDelta> alloc_at_start;
   std::vector<MemoryDelta> free_at_end;  // freed when the op ends (the simulator's timeline only)
+  // Part of the step's CUDA graph (StepProgram::cuda_graph): issued once,
+  // while the graph is captured, and replayed with it every step after.
+  bool captured = false;
 };
 
 // Rule 4 above: does `op` hold the host until it ends? `cpu_device`: the
@@ -189,6 +192,10 @@ struct PersistentMemory {
   double compute_params = 0;    // bf16 copies kept resident (no_shard; tied embedding)
   double cuda_context = 0;      // outside the caching allocator
   double workspaces = 0;        // cuBLAS / cuDNN, in the caching allocator (the profile's)
+  // The same again for the stream a CUDA graph is captured on
+  // (StepProgram::cuda_graph): cuBLAS keeps a workspace per stream, and the
+  // capture's is taken in the graph's pool.
+  double graph_workspaces = 0;
   double step_inputs = 0;       // the step's token batches and the RoPE table on the device
   double collective_buffers = 0;  // NCCL buffers, per communicator
 };
@@ -269,6 +276,14 @@ struct StepProgram {
   bool document_attention = false;
   DType compute_dtype = DType::kBF16;  // parameters as gathered, activations, unsharded gradients
   DType reduce_dtype = DType::kFP32;   // what the reduce-scatters send
+  // Plan::cuda_graph on a GPU: the ops marked `captured` — the step's longest
+  // prefix of compute-stream ops that no host read interrupts (every
+  // forward, backward and gradient sum, and the norm; the clip reads it on
+  // the host) — are captured once as a CUDA graph and replayed every later
+  // step as one launch, their tensors in the graph's private memory pool.
+  // The step before the capture runs them one by one (it warms cuBLAS and
+  // cuDNN up); the rest of the step always does.
+  bool cuda_graph = false;
   int gpus = 1;              // ranks running the program
   int shard_group_size = 1;  // ranks sharing one copy of the blocks' state (a unit's own: Unit::group_size)
   int replica_groups = 1;    // ranks holding the same shard (gpus / shard_group_size)

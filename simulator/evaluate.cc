@@ -51,6 +51,7 @@ Estimate EstimateFromSimulation(const Plan& plan, const HardwareProfile& profile
        {"compute_params", pm.compute_params},
        {"workspaces", pm.workspaces},
        {"step_inputs", pm.step_inputs}};
+  if (pm.graph_workspaces > 0) b.emplace_back("graph_workspaces", pm.graph_workspaces);
   for (int c = 0; c < kNumMemoryCategories; ++c)
     b.emplace_back(MemoryCategoryName(static_cast<MemoryCategory>(c)), memory.at_peak[c]);
   double allocated = 0;

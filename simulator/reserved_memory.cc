@@ -11,6 +11,9 @@ namespace {
 
 // Every tensor is allocated on the compute stream (the current stream).
 constexpr int kComputeStream = 0;
+// A CUDA graph's private pool: its blocks serve only the capture's own
+// allocations, as a stream's serve only that stream's.
+constexpr int kGraphPool = 1;
 // Two steps: most segments are made in the first, a few in the second (see
 // the header); a third step added none on any of the 27 recorded runs.
 constexpr int kSteps = 2;
@@ -31,7 +34,11 @@ class Replay {
   ReservedMemory Run() {
     StartUp();
     ReservedMemory r;
-    for (int step = 0; step < kSteps && !Refused(); ++step) Step(step, step == kSteps - 1 ? &r.reserved_after : nullptr);
+    if (program_.cuda_graph) {
+      GraphSteps(&r.reserved_after);
+    } else {
+      for (int step = 0; step < kSteps && !Refused(); ++step) Step(step, step == kSteps - 1 ? &r.reserved_after : nullptr);
+    }
     r.peak_reserved = model_.peak_reserved_bytes();
     r.peak_allocated = model_.peak_allocated_bytes();
     r.segments = model_.num_segments();
@@ -43,8 +50,8 @@ class Replay {
  private:
   // A retry (the allocator freeing its cache) or running out refuses the plan.
   bool Refused() const { return model_.num_alloc_retries() > 0 || model_.out_of_memory(); }
-  int64_t Alloc(double bytes, int64_t owner = kPersistent) {
-    const int64_t handle = bytes > 0 ? model_.Malloc(bytes, kComputeStream) : -1;
+  int64_t Alloc(double bytes, int64_t owner = kPersistent, int stream = kComputeStream) {
+    const int64_t handle = bytes > 0 ? model_.Malloc(bytes, stream) : -1;
     if (handle >= 0) {
       if (handle >= static_cast<int64_t>(owner_.size())) owner_.resize(handle + 1, kPersistent);
       owner_[handle] = owner;
@@ -214,8 +221,62 @@ class Replay {
     for (int64_t h : tokens) Free(h);
   }
 
+  // StepProgram::cuda_graph, as the executor runs it: a first step op by op
+  // (it warms the libraries up), the cache emptied, then the step whose
+  // captured ops allocate in the graph's private pool — cuBLAS's workspaces
+  // for the capture's stream too — and a replayed step, whose captured ops
+  // allocate nothing. The tokens and the loss are the graph's fixed inputs
+  // and output from the capture on; a tensor a captured op makes and a later
+  // op frees is kept instead (the next replay writes it again).
+  void GraphSteps(std::vector<double>* reserved_after) {
+    Step(0, nullptr);
+    if (Refused()) return;
+    model_.EmptyCache();
+    for (int64_t mb = 0; mb < plan_.grad_accum; ++mb) {  // each micro-batch's tokens and targets
+      Alloc(static_cast<double>(plan_.micro_batch * (plan_.seq_len + 1)) * 8, kTokens - mb);
+      Alloc(static_cast<double>(plan_.micro_batch * plan_.seq_len) * 8, kTokens - mb);
+    }
+    Alloc(4, kLoss);
+    handle_.assign(handle_.size(), -1);
+    for (const bool capture : {true, false}) {
+      if (reserved_after != nullptr && !capture) reserved_after->assign(program_.ops.size(), 0);
+      bool workspaces = !capture;
+      for (const StepOp& op : program_.ops) {
+        if (Refused()) return;
+        if (op.captured && !capture) {  // replayed: nothing allocated or freed
+          if (reserved_after != nullptr) (*reserved_after)[op.id] = model_.reserved_bytes();
+          continue;
+        }
+        if (op.captured && !workspaces && op.kind == OpKind::kForward && op.work.gemm_flops > 0) {
+          Alloc(program_.persistent.graph_workspaces / 2, kPersistent, kGraphPool);
+          Alloc(program_.persistent.graph_workspaces / 2, kPersistent, kGraphPool);
+          workspaces = true;
+        }
+        auto apply = [&](const std::vector<MemoryDelta>& deltas) {
+          for (const MemoryDelta& d : deltas) {
+            if (d.tensor < 0) continue;
+            if (d.tensor >= static_cast<int>(handle_.size())) handle_.resize(d.tensor + 1, -1);
+            if (d.tensor >= static_cast<int>(in_graph_.size())) in_graph_.resize(handle_.size(), false);
+            if (d.bytes > 0) {
+              handle_[d.tensor] = Alloc(d.bytes, d.tensor, op.captured ? kGraphPool : kComputeStream);
+              in_graph_[d.tensor] = op.captured;
+              continue;
+            }
+            if (handle_[d.tensor] < 0 || (in_graph_[d.tensor] && !op.captured)) continue;  // kept for the graph
+            Free(handle_[d.tensor]);
+            handle_[d.tensor] = -1;
+          }
+        };
+        apply(op.alloc_at_start);
+        apply(op.free_at_end);
+        if (reserved_after != nullptr && !capture) (*reserved_after)[op.id] = model_.reserved_bytes();
+      }
+    }
+  }
+
   const Plan& plan_;
   const StepProgram& program_;
+  std::vector<bool> in_graph_;         // tensor id -> allocated by a captured op
   CachingAllocatorModel model_;
   std::vector<int64_t> handle_;        // tensor id -> the allocator's handle (-1: not allocated)
   int live_ = 0;                       // entries of handle_ that are not -1

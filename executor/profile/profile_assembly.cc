@@ -279,10 +279,12 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
   // --- kernel launch ---
   p.kernel_launch_s = m.launch.host_s;
   p.kernel_overhead_s = m.launch.device_s;
+  p.graph_kernel_overhead_s = m.launch.graph_device_s;
   j["kernel_launch"] = {{"op", "x.add_(1) on a one-element tensor"},
                         {"kernels", m.launch.kernels},
                         {"host_s_per_kernel", m.launch.host_s},
-                        {"device_s_per_kernel", m.launch.device_s}};
+                        {"device_s_per_kernel", m.launch.device_s},
+                        {"graph_device_s_per_kernel", m.launch.graph_device_s}};
 
   // --- host <-> device copies ---
   if (m.host_copies) {
@@ -503,7 +505,9 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
   s << "Memory: " << m.copy.what << " " << FormatRate(p.memory_bandwidth_bytes_per_s, "B/s") << " (read + write); "
     << m.add.what << " reaches " << Percent(p.elementwise_efficiency) << " of it. ";
   s << "Kernel launch (" << m.launch.kernels << " tiny ops): " << Micros(p.kernel_launch_s) << " host, "
-    << Micros(p.kernel_overhead_s) << " device each. ";
+    << Micros(p.kernel_overhead_s) << " device each";
+  if (p.graph_kernel_overhead_s > 0) s << ", " << Micros(p.graph_kernel_overhead_s) << " replayed from a CUDA graph";
+  s << ". ";
   if (m.host_copies) {
     s << "Pinned copies of " << FormatBytes(m.host_copies->bytes) << ": " << FormatRate(p.host_to_device_bytes_per_s, "B/s")
       << " to the device, " << FormatRate(p.device_to_host_bytes_per_s, "B/s") << " back"

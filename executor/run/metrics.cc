@@ -105,6 +105,11 @@ void MetricsLog::LogStep(const StepMetrics& m, const StepMeasurement& measuremen
                         {"optimizer_s", m.optimizer_s},
                         {"comm_s", m.comm_s},
                         {"step_s", m.step_s},
+                        {"run_s", m.run_s},
+                        {"all_issued_s", m.all_issued_s},
+                        {"synced_s", m.synced_s},
+                        {"read_s", m.read_s},
+                        {"returned_s", m.returned_s},
                         {"data_position", m.data_position},
                         {"host_anon_rss_bytes", m.host_anon_rss_bytes},
                         {"pinned_host_bytes", m.pinned_host_bytes}};

@@ -79,6 +79,9 @@ struct StepMetrics {
   std::string memory_source;  // "cuda_caching_allocator", "cpu_tensor_bytes" or "process_peak_rss"
   double data_s = 0, forward_s = 0, recompute_s = 0, backward_s = 0, optimizer_s = 0, comm_s = 0;
   double step_s = 0;  // wall time of the whole step, data included
+  // Of which (host clock): the step program's Run, and within it, since its
+  // device start mark, every op issued and the device's work seen done.
+  double run_s = 0, all_issued_s = 0, synced_s = 0, read_s = 0, returned_s = 0;
   int64_t data_position = 0;  // global samples consumed after this step (where a resume continues)
   int64_t host_anon_rss_bytes = 0;  // this rank's anonymous resident host memory after the step (heap, pinned)
   int64_t pinned_host_bytes = 0;  // of which pinned by offload and staging buffers

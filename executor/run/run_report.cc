@@ -163,6 +163,11 @@ void RunReport::Step(const StepResult& r, const StepTiming& timing, int64_t step
   m.optimizer_s = r.optimizer_s;
   m.comm_s = r.comm_s;
   m.step_s = timing.step_s;
+  m.run_s = timing.run_s;
+  m.all_issued_s = measured.all_issued_s;
+  m.synced_s = measured.synced_s;
+  m.read_s = measured.read_s;
+  m.returned_s = measured.returned_s;
   m.data_position = data_position;
   MaybeLeakForTest();
   m.host_anon_rss_bytes = ProcessAnonRssBytes();
@@ -179,11 +184,14 @@ void RunReport::Step(const StepResult& r, const StepTiming& timing, int64_t step
   summary_.peak_allocated_bytes = std::max(summary_.peak_allocated_bytes, measured.peak_allocated);
   summary_.peak_reserved_bytes = std::max(summary_.peak_reserved_bytes, measured.peak_reserved);
   summary_.memory_source = measured.memory_source;
-  // The first step pays for allocator warm-up and kernel selection: leave it
-  // out of the throughput means whenever there is another step; the traced
-  // step pays for the profiler.
+  // The first step pays for allocator warm-up and kernel selection (under a
+  // CUDA graph the second for its capture): leave them out of the
+  // throughput means whenever there is another step; the traced step pays
+  // for the profiler.
   const bool first = steps_taken - 1 == start_step_;
-  if ((!first || config_.steps - start_step_ == 1) && !timing.kernel_traced) {
+  const int64_t warm_up_steps = config_.plan.cuda_graph ? 2 : 1;
+  const bool warming = steps_taken - start_step_ <= warm_up_steps;
+  if ((!warming || config_.steps - start_step_ <= warm_up_steps) && !timing.kernel_traced) {
     timed_tokens_per_s_ += m.tokens_per_s;
     timed_tokens_per_s_per_gpu_ += m.tokens_per_s_per_gpu;
     timed_mfu_ += m.mfu;

@@ -28,6 +28,7 @@ namespace llmplan::executor {
 struct StepTiming {
   double data_s = 0;  // waiting for the step's batches
   double step_s = 0;  // the whole step, batches included
+  double run_s = 0;   // of which the step program's Run (issue, device, host bookkeeping)
   bool kernel_traced = false;  // the profiler ran around it: its wall time is left out of the means
 };
 

@@ -178,7 +178,9 @@ RunSummary Train(const TrainConfig& config, BatchSource& data) {
       StepTiming timing;
       timing.data_s = SecondsSince(step_start);
       if (kernel_trace.Traces(step)) kernel_trace.Begin(step);
+      const auto run_call = Clock::now();
       const StepResult result = state.step().Run(micro_batches);  // returns after the device finished the step
+      timing.run_s = SecondsSince(run_call);
       if (kernel_trace.Traces(step)) kernel_trace.End(step, config.progress);
       timing.step_s = SecondsSince(step_start);
       timing.kernel_traced = kernel_trace.IsTracedStep(step);

@@ -76,6 +76,7 @@
 #include "executor/hardware/host_memory.h"
 #include "executor/model/chunked_cross_entropy.h"
 #include "executor/step/out_of_memory.h"
+#include "executor/step/step_graph.h"
 #include "executor/sharding/shard_model.h"
 #include "executor/torch_compat.h"
 #include "base/user_error.h"
@@ -98,6 +99,38 @@ void MaybeDelayForTest(const StepOp&) {
     return text == nullptr ? 0.0 : std::atof(text);
   }();
   if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+// One pass over a CPU micro-batch on the calling thread: whether any token
+// carries a flag above its id (executor/data/micro_batch.h), and the
+// smallest and largest id. Not ATen's reductions: on a CPU tensor those run on
+// the OpenMP pool, whose threads have gone to sleep while the host spent the
+// step before issuing kernels; waking them took 5 to 38 ms before some steps
+// of a 100 ms step of the SmolLM2-135M shape on an H100 (OMP_NUM_THREADS=1
+// made it 9.6% faster), for 32,784 ints one core reads in microseconds.
+struct TokenScan {
+  bool flagged = false;
+  int64_t lo = 0, hi = 0;
+};
+TokenScan ScanTokens(const at::Tensor& batch) {
+  const at::Tensor tokens = batch.contiguous();
+  const int64_t* p = tokens.data_ptr<int64_t>();
+  const int64_t n = tokens.numel();
+  TokenScan scan;
+  if (n == 0) return scan;
+  int64_t raw_lo = p[0], raw_hi = p[0], id_lo = p[0] & kTokenIdMask, id_hi = id_lo;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = p[i];
+    scan.flagged |= v >= kDocumentStart;
+    raw_lo = std::min(raw_lo, v);
+    raw_hi = std::max(raw_hi, v);
+    id_lo = std::min(id_lo, v & kTokenIdMask);
+    id_hi = std::max(id_hi, v & kTokenIdMask);
+  }
+  // A negative id is below kDocumentStart (no flag): it stays negative.
+  scan.lo = scan.flagged ? std::min(id_lo, raw_lo) : raw_lo;
+  scan.hi = scan.flagged ? id_hi : raw_hi;
+  return scan;
 }
 
 }  // namespace
@@ -270,6 +303,10 @@ StepInterpreter::StepInterpreter(StepProgram program, const LlamaModel& model, s
       if (!params_on_host_) host_compute_.push_back(PinnedHostZeros(numel, units_[k].compute_dtype()));
     }
   }
+  for (const auto& op : program_.ops) captured_ops_ += op.captured;
+#ifdef LLMPLAN_WITH_CUDA
+  if (program_.cuda_graph && device_.is_cuda()) graph_ = std::make_unique<StepGraph>(device_);
+#endif
   window_ = WindowLayout(model.MakeRopeTable(program_.seq_len, device, ScalarTypeOf(program_.compute_dtype)));
   document_mask_ = program_.document_attention &&
                    !compat::DocumentAttentionUsesFlash(device, ScalarTypeOf(program_.compute_dtype), model.spec().head_dim);
@@ -340,7 +377,7 @@ void StepInterpreter::WaitForDeps(const StepOp& op) {
 // ---------------------------------------------------------------------------
 // The step
 
-void StepInterpreter::LoadBatches(const std::vector<at::Tensor>& micro_batches, int64_t expected) {
+void StepInterpreter::LoadBatches(const std::vector<at::Tensor>& micro_batches, int64_t expected, bool into_graph) {
   if (static_cast<int64_t>(micro_batches.size()) != expected)
     throw UserError("step needs " + std::to_string(expected) + " micro-batches, got " +
                     std::to_string(micro_batches.size()));
@@ -371,7 +408,8 @@ void StepInterpreter::LoadBatches(const std::vector<at::Tensor>& micro_batches, 
       // The bits above the ids (micro_batch.h) off, and under a loss mask the
       // trained targets listed on the host, so the device never syncs to
       // count them.
-      if (batch.ge(kDocumentStart).any().item<bool>()) {
+      const TokenScan scan = ScanTokens(batch);
+      if (scan.flagged) {
         // With documents, a document's first token is no target either: it
         // would be predicted from the document before it, which nothing of
         // it attends to (as when each document is a sequence of its own).
@@ -383,15 +421,35 @@ void StepInterpreter::LoadBatches(const std::vector<at::Tensor>& micro_batches, 
         }
         tokens = batch.bitwise_and(kTokenIdMask);
       }
-      // A few thousand ints: negligible next to the step. On the GPU an
-      // out-of-range embedding index is a device assert that kills the run.
-      const int64_t lo = tokens.min().item<int64_t>(), hi = tokens.max().item<int64_t>();
+      // On the GPU an out-of-range embedding index is a device assert that
+      // kills the run.
+      const int64_t lo = scan.lo, hi = scan.hi;
       if (lo < 0 || hi >= vocab)
         throw UserError("token id " + std::to_string(lo < 0 ? lo : hi) + " is outside the model's vocabulary [0, " +
                         std::to_string(vocab) + ")");
     }
     trained_total += rows.defined() ? rows.numel() : program_.micro_batch * program_.seq_len;
-    at::Tensor on_device = tokens.to(device_, /*non_blocking=*/true);
+    if (into_graph) {
+      // The graph reads each micro-batch's tokens where the capture found
+      // them: every step's are copied into those buffers.
+      if (rows.defined() || !spans_.empty())
+        throw UserError("this plan replays its step as a CUDA graph, which needs batches of one shape, and this batch "
+                        "has a loss mask or document starts: plan again with --cuda-graph no");
+      const size_t i = inputs_.size();
+      if (graph_tokens_.size() <= i) {
+        graph_tokens_.push_back(at::empty(tokens.sizes(), tokens.options().device(device_)));
+        graph_targets_.push_back(at::empty({program_.micro_batch * program_.seq_len}, graph_tokens_[i].options()));
+      }
+      graph_tokens_[i].copy_(tokens, /*non_blocking=*/true);
+      // The targets are a copy (a strided window flattened), made into the
+      // buffer the graph reads them from, not into a fresh tensor.
+      graph_targets_[i].view({program_.micro_batch, program_.seq_len}).copy_(graph_tokens_[i].narrow(1, 1, program_.seq_len));
+      inputs_.push_back(graph_tokens_[i].narrow(1, 0, program_.seq_len));
+      targets_.push_back(graph_targets_[i]);
+      trained_rows_.push_back(rows);
+      continue;
+    }
+    const at::Tensor on_device = tokens.to(device_, /*non_blocking=*/true);
     inputs_.push_back(on_device.narrow(1, 0, program_.seq_len));
     targets_.push_back(on_device.narrow(1, 1, program_.seq_len).reshape({-1}));
     trained_rows_.push_back(rows.defined() ? rows.to(device_, /*non_blocking=*/true) : rows);
@@ -420,20 +478,41 @@ void StepInterpreter::Issue(const StepProgram& program, const StepOp& op, int ra
 }
 
 StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
-  LoadBatches(micro_batches, program_.micro_batches);
+  // The step's CUDA graph (StepProgram::cuda_graph): the first Run issues
+  // every op (cuBLAS, cuDNN and the allocator warm up outside the graph), the
+  // second captures the captured ops and launches them, every later Run
+  // launches the graph.
+  const bool graph_step = Graphed() && runs_ >= 1;
+  const bool replay = graph_step && GraphCaptured();
+  // Before the capture, the warm-up step's cached blocks go back to the
+  // driver: the graph's pool makes segments of its own, and blocks no
+  // allocation outside the graph would reuse would stay reserved beside
+  // them (simulator/reserved_memory.cc does the same).
+  if (graph_step && !replay) compat::ReleaseCachedMemory(device_);
+  LoadBatches(micro_batches, program_.micro_batches, graph_step);
   TORCH_CHECK(pending_.empty(), "a previous step left collectives in flight");
   // Each unit's first reduction this step writes its gradient shard (no
-  // zeroing pass over the fp32 gradients first).
-  for (auto& u : units_) u.StartGradients();
+  // zeroing pass over the fp32 gradients first). A replay leaves the
+  // gradients' flags as the capture set them, and the norm's inputs where
+  // the graph writes them.
+  if (!replay) {
+    for (auto& u : units_) u.StartGradients();
+    grad_square_sum_.clear();
+    norm_sq_ = at::Tensor();
+  }
   activations_.clear();
   grad_flowing_.clear();
   reduce_input_.clear();
   reduced_shard_.clear();
-  grad_square_sum_.clear();
   param_staging_.clear();
   master_staging_.clear();
-  loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
-  norm_sq_ = at::Tensor();
+  if (graph_step) {
+    // Where the graph writes the step's loss (zeroed inside it).
+    if (!graph_loss_.defined()) graph_loss_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    loss_sum_ = graph_loss_;
+  } else {
+    loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  }
   grad_norm_ = 0;
   skip_update_ = false;
   clip_scale_ = 1;
@@ -443,12 +522,19 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   StepResult result;
   result.lr = optimizer_.CurrentLearningRate();
   recorder_->BeginStep();
-  // The whole step: every op of the program, in its order (step_program.h).
+  // The whole step: every op of the program, in its order (step_program.h),
+  // the captured ones as the graph.
   const int rank = comms_.world != nullptr ? comms_.world->rank() : 0;
-  for (const StepOp& op : program_.ops) {
-    Issue(program_, op, rank);
-    executed_.push_back(op.id);
+  size_t next = 0;
+  if (graph_step) {
+    RunGraph(rank, replay);
+    next = captured_ops_;
   }
+  for (; next < program_.ops.size(); ++next) {
+    Issue(program_, program_.ops[next], rank);
+    executed_.push_back(program_.ops[next].id);
+  }
+  recorder_->AllIssued();
   // Nothing is left in flight but what no op waited for (the step's loss).
   while (!pending_.empty()) FinishThrough(pending_.rbegin()->first);
   copies_->DeviceWaitAll();
@@ -480,7 +566,52 @@ StepResult StepInterpreter::Run(const std::vector<at::Tensor>& micro_batches) {
   activations_.clear();
   inputs_.clear();
   targets_.clear();
+  ++runs_;
+  result.measurement.returned_s = recorder_->HostSeconds();
   return result;
+}
+
+bool StepInterpreter::Graphed() const {
+#ifdef LLMPLAN_WITH_CUDA
+  return graph_ != nullptr;
+#else
+  return false;
+#endif
+}
+
+bool StepInterpreter::GraphCaptured() const {
+#ifdef LLMPLAN_WITH_CUDA
+  return graph_ != nullptr && graph_->captured();
+#else
+  return false;
+#endif
+}
+
+void StepInterpreter::RunGraph(int rank, bool replay) {
+#ifdef LLMPLAN_WITH_CUDA
+  if (!replay) {
+    // Issued as in any step, measured as in any step (the marks become
+    // nodes of the graph), but nothing runs until the launch below.
+    graph_->Capture([&] {
+      loss_sum_.zero_();
+      for (size_t i = 0; i < captured_ops_; ++i) {
+        Issue(program_, program_.ops[i], rank);
+        executed_.push_back(program_.ops[i].id);
+      }
+    });
+    captured_memory_.clear();
+    for (size_t i = 0; i < captured_ops_; ++i) captured_memory_.push_back(recorder_->Measured(program_.ops[i].id));
+  } else {
+    for (size_t i = 0; i < captured_ops_; ++i) executed_.push_back(program_.ops[i].id);
+  }
+  graph_->Replay();
+  if (replay)
+    for (size_t i = 0; i < captured_ops_; ++i) recorder_->Replayed(program_.ops[i].id, captured_memory_[i]);
+#else
+  (void)rank;
+  (void)replay;
+  TORCH_CHECK(false, "a CUDA graph step in a build without CUDA");
+#endif
 }
 
 EvaluationResult StepInterpreter::Evaluate(const StepProgram& evaluation,
@@ -493,7 +624,7 @@ EvaluationResult StepInterpreter::Evaluate(const StepProgram& evaluation,
   // pending is applied now instead of beside the next step's first forward
   // (the same values either way, as before a checkpoint).
   FinishUpdate();
-  LoadBatches(micro_batches, evaluation.micro_batches);
+  LoadBatches(micro_batches, evaluation.micro_batches, /*into_graph=*/false);
   TORCH_CHECK(pending_.empty(), "a previous step left collectives in flight");
   if (!eval_recorder_ || eval_ops_ != evaluation.ops.size()) {
     eval_recorder_ = std::make_unique<StepRecorder>(device_, std::max<int>(1, static_cast<int>(evaluation.ops.size())));
@@ -788,8 +919,11 @@ void StepInterpreter::OptimizerStep(const StepOp& op) {
   }
   // A compute-dtype gradient AdamW read (planner/gradient_path.h) goes back
   // to the allocator here, as the program frees it (stream-ordered: the
-  // update just issued still reads it safely), skipped update or not.
-  if (unit.optimizer_reads_compute_grad()) unit.ReleaseComputeGrad();
+  // update just issued still reads it safely), skipped update or not —
+  // unless the step's CUDA graph made it: the next replay writes it there
+  // again, so it stays (the memory model keeps it too).
+  const bool graph_made_it = Graphed() && runs_ >= 1;
+  if (unit.optimizer_reads_compute_grad() && !graph_made_it) unit.ReleaseComputeGrad();
 }
 
 // ---------------------------------------------------------------------------

@@ -37,6 +37,7 @@ namespace llmplan::executor {
 class Communicator;
 class CollectiveWork;
 class CollectiveWatchdog;
+class StepGraph;
 
 // The communicators a step uses. All null: one process (no collectives).
 struct StepComms {
@@ -143,8 +144,17 @@ class StepInterpreter {
   class CopyStreams;
 
   // Checks the micro-batches (shape, vocabulary) and moves them to the
-  // device as inputs_ and targets_. REQUIRES: nothing; throws UserError.
-  void LoadBatches(const std::vector<at::Tensor>& micro_batches, int64_t expected);
+  // device as inputs_ and targets_ — `into_graph`: into the buffers the
+  // step's CUDA graph reads (made at the first such call), where a batch
+  // must have no loss mask. REQUIRES: nothing; throws UserError.
+  void LoadBatches(const std::vector<at::Tensor>& micro_batches, int64_t expected, bool into_graph);
+  // The step's CUDA graph (StepProgram::cuda_graph): whether this
+  // interpreter has one (a GPU; none without CUDA), whether it is captured,
+  // and the captured ops issued as it — captured, then launched, on the
+  // step's second Run; launched, on every later one.
+  bool Graphed() const;
+  bool GraphCaptured() const;
+  void RunGraph(int rank, bool replay);
   // Issues one op of `program` (measured; out of memory named with the op).
   void Issue(const StepProgram& program, const StepOp& op, int rank);
   void Perform(const StepOp& op);
@@ -248,6 +258,19 @@ class StepInterpreter {
   // whose gradients wait in the units' grad(); empty when there is nothing to
   // apply (no step yet, or the update gate refused it).
   std::optional<AdamWScalars> next_update_;  // left by the last Run
+
+  // The step's CUDA graph (step_graph.h) and what it needs to stay put
+  // between replays: each micro-batch's tokens and the step's loss where it
+  // reads and writes them, and the memory the capture measured for each
+  // captured op (a replay's own measure: it allocates nothing).
+#ifdef LLMPLAN_WITH_CUDA
+  std::unique_ptr<StepGraph> graph_;
+#endif
+  size_t captured_ops_ = 0;  // the program's first ops (StepOp::captured)
+  int64_t runs_ = 0;         // Runs finished
+  std::vector<at::Tensor> graph_tokens_, graph_targets_;
+  at::Tensor graph_loss_;
+  std::vector<OpMeasurement> captured_memory_;  // by position among the captured ops
   std::optional<AdamWScalars> applying_;     // applied by this Run's cpu adamw ops
   std::function<bool(double)> update_gate_;
   std::string out_of_memory_advice_;

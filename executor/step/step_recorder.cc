@@ -80,11 +80,32 @@ void StepRecorder::Collective(int op, std::shared_ptr<CollectiveWork> work) {
   current_.ops.at(op).measured = true;
 }
 
+void StepRecorder::Replayed(int op, const OpMeasurement& at_capture) {
+  OpMeasurement& o = current_.ops.at(op);
+  o = at_capture;
+  o.measured = true;
+  o.issued_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_.host_start).count();
+  if (o.peak_allocated > current_.peak_allocated) {
+    current_.peak_allocated = o.peak_allocated;
+    current_.peak_allocated_op = op;
+  }
+  current_.peak_reserved = std::max(current_.peak_reserved, o.peak_reserved);
+}
+
+double StepRecorder::HostSeconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_.host_start).count();
+}
+
+void StepRecorder::AllIssued() {
+  current_.all_issued_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_.host_start).count();
+}
+
 StepMeasurement StepRecorder::Finish() {
   compat::SynchronizeDevice(device_);  // every mark and collective event has completed
   auto since_start = [&](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(t - clock_.host_start).count();
   };
+  current_.synced_s = since_start(std::chrono::steady_clock::now());
   for (int op = 0; op < num_ops_; ++op) {
     OpMeasurement& o = current_.ops[op];
     if (!o.measured) continue;
@@ -106,6 +127,7 @@ StepMeasurement StepRecorder::Finish() {
     }
   }
   std::fill(collectives_.begin(), collectives_.end(), nullptr);
+  current_.read_s = since_start(std::chrono::steady_clock::now());
   return std::move(current_);
 }
 

@@ -42,6 +42,11 @@ struct StepMeasurement {
   int64_t peak_allocated = 0, peak_reserved = 0;  // over the step
   int peak_allocated_op = -1;  // the op during whose issue allocated memory peaked
   std::string memory_source;   // see compat::MemoryStats
+  // The host's clock, since the step's start: when it had issued every op
+  // (AllIssued), when its wait for the device returned and when it had read
+  // every span (Finish), and when the step's Run returned. With the ops'
+  // spans they say where a step's time beyond its ops goes.
+  double all_issued_s = 0, synced_s = 0, read_s = 0, returned_s = 0;
 };
 
 class StepRecorder {
@@ -72,7 +77,19 @@ class StepRecorder {
   void Stop(int op, Where where);
   // A collective's span comes from its work (read in Finish).
   void Collective(int op, std::shared_ptr<CollectiveWork> work);
+  // Op `op` replayed from the step's CUDA graph (StepGraph): its span from
+  // the marks its capture recorded into the graph, its memory that of the
+  // capture (a replay allocates nothing; what the op's tensors hold is the
+  // graph's pool, as the capture left it), issued when the graph was launched.
+  // REQUIRES: `op` was recorded (Start/Stop) while the graph was captured.
+  void Replayed(int op, const OpMeasurement& at_capture);
+  // What this step measured of op `op` so far (its memory once issued).
+  const OpMeasurement& Measured(int op) const { return current_.ops.at(op); }
 
+  // The host has issued the step's last op.
+  void AllIssued();
+  // Seconds on the host clock since the step's start.
+  double HostSeconds() const;
   // Waits for the device, resolves every span and returns the step's
   // measurements. REQUIRES: every collective passed to Collective finished.
   StepMeasurement Finish();

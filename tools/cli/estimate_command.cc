@@ -37,7 +37,7 @@ struct EstimateOptions {
   std::string gpu = "h100-sxm-80g";
   int64_t global_batch = 0;
   double global_batch_tokens = 0;
-  std::string strategy, checkpoint_layers, offload, offload_to, offload_staging, replicate_edges, cast_at_gather;
+  std::string strategy, checkpoint_layers, offload, offload_to, offload_staging, replicate_edges, cast_at_gather, cuda_graph;
   std::string kernels = "fused";
   std::string attention = "window";
   // The token file to train on: its documents price attention (--attention
@@ -166,6 +166,12 @@ void Run(const EstimateOptions& o) {
       throw UserError("--cast-at-gather yes casts the fp32 master on the GPU for each all-gather, and --offload " +
                       OffloadName(*req.offload) + " moves it: give --offload none, or drop --cast-at-gather");
   }
+  if (!o.cuda_graph.empty()) {
+    if (o.cuda_graph != "yes" && o.cuda_graph != "no")
+      throw UserError("--cuda-graph must be yes or no (got '" + o.cuda_graph + "')");
+    req.cuda_graph = o.cuda_graph == "yes";
+  }
+
   if (!o.offload_to.empty()) {
     req.offload_to = ParseOffloadTier(o.offload_to);
     if (*req.offload_to == OffloadTier::kNvme && req.offload && !OffloadsOptimizer(*req.offload))
@@ -251,6 +257,11 @@ void Run(const EstimateOptions& o) {
   if (req.cast_at_gather.value_or(false) && !r.best.plan.cast_at_gather)
     throw UserError("--cast-at-gather yes needs all-gathers to cast for: the chosen plan has none (" +
                     PlanSummary(r.best.plan) + "); give --strategy full_shard with --gpus 2 or more, or drop it");
+
+  if (req.cuda_graph.value_or(false) && !r.best.plan.cuda_graph)
+    throw UserError("--cuda-graph yes captures the step on one GPU without offload, attention in the window and "
+                    "every target trained: the chosen plan is not one (" + PlanSummary(r.best.plan) +
+                    "); give --gpus 1 and --offload none, or drop --cuda-graph");
 
   if (o.json) {
     nlohmann::json j = EstimateToJson(r.best, profile);
@@ -338,6 +349,10 @@ void AddEstimateCommand(CLI::App& app) {
                   "Pin: yes casts each fp32 shard for every all-gather, as FSDP2 does (2 bytes a parameter of the "
                   "shard less memory, a cast on the gather's stream per gather); no keeps a bf16 copy of each shard "
                   "for the gathers. Default: cast only where the plan needs it to fit or to recompute fewer blocks");
+  cmd->add_option("--cuda-graph", o->cuda_graph,
+                  "Pin: yes captures the step's forward and backward as one CUDA graph, replayed every step (one "
+                  "GPU, offload none; its tensors in a private memory pool); no launches every kernel from the "
+                  "host. Default: the graph where it is predicted faster and fits");
   cmd->add_option("--offload-to", o->offload_to,
                   "Pin where offloaded optimizer state lives: host | nvme (default: host, NVMe where the host is short "
                   "and the profile has disk rates)");
