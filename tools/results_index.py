@@ -239,12 +239,20 @@ def gib(x):
 
 
 def readme_fsdp2(lines):
-    """The newest device call's races (the newest date's lines on the newest
-    line's machine), one row per plan."""
+    """The races on the newest line's machine and date, one row per model
+    shape (model, seq, micro-batch, accumulation): the newest line of each."""
     newest = newest_first(lines)[0]
-    rows_of = [l for l in lines if l["date"] == newest["date"] and l["machine"] == newest["machine"]]
+    rows_of, shapes = [], set()
+    for l in newest_first(lines):
+        c = l["config"]
+        shape = (c["model"], c["seq"], c["micro_batch"], c.get("grad_accum") or 1)
+        if l["date"] != newest["date"] or l["machine"] != newest["machine"] or shape in shapes:
+            continue
+        shapes.add(shape)
+        rows_of.append(l)
+    rows_of.reverse()  # in the order they were measured
     commands = list(dict.fromkeys(l["command"] for l in rows_of))
-    out = [f"Measured on {newest['date']}, on {newest['machine']}, one plan after the other, with "
+    out = [f"Measured on {newest['date']}, on {newest['machine']}, llmplan then FSDP2 in one device call per row, with "
            + "; ".join(f"`{c}`" for c in commands) + ".", ""]
     rows = []
     for l in rows_of:
