@@ -103,11 +103,13 @@ void MaybeDelayForTest(const StepOp&) {
 
 // One pass over a CPU micro-batch on the calling thread: whether any token
 // carries a flag above its id (executor/data/micro_batch.h), and the
-// smallest and largest id. Not ATen's reductions: on a CPU tensor those run on
-// the OpenMP pool, whose threads have gone to sleep while the host spent the
-// step before issuing kernels; waking them took 5 to 38 ms before some steps
-// of a 100 ms step of the SmolLM2-135M shape on an H100 (OMP_NUM_THREADS=1
-// made it 9.6% faster), for 32,784 ints one core reads in microseconds.
+// smallest and largest id. Not ATen's ops: on a CPU tensor of more than
+// 32,768 elements (ATen's grain size) they run on the OpenMP pool, whose
+// threads have gone to sleep while the host spent the step before issuing
+// kernels; waking them took 5 to 38 ms before some steps of a 100 ms step
+// of the SmolLM2-135M shape on an H100 (16 x 2,049 tokens: OMP_NUM_THREADS=1
+// made it 9.6% faster; the 1B plan's 4 x 4,097 stayed under the grain), for
+// ints one core reads in microseconds.
 struct TokenScan {
   bool flagged = false;
   int64_t lo = 0, hi = 0;
@@ -131,6 +133,41 @@ TokenScan ScanTokens(const at::Tensor& batch) {
   scan.lo = scan.flagged ? std::min(id_lo, raw_lo) : raw_lo;
   scan.hi = scan.flagged ? id_hi : raw_hi;
   return scan;
+}
+
+// A flagged CPU micro-batch [rows, seq_len + 1], read once on the calling
+// thread (ScanTokens says why not with ATen): its token ids without their
+// flags, and the rows of the flattened targets that train, undefined when no
+// token is marked untrained — by a loss mask, or, with documents, as a
+// document's first token.
+struct UnflaggedBatch {
+  at::Tensor ids;
+  at::Tensor trained_rows;
+};
+UnflaggedBatch Unflag(const at::Tensor& batch, bool documents) {
+  const at::Tensor in = batch.contiguous();
+  const int64_t rows = in.size(0), cols = in.size(1), seq_len = cols - 1;
+  UnflaggedBatch out{at::empty_like(in), at::Tensor()};
+  const int64_t* p = in.data_ptr<int64_t>();
+  int64_t* ids = out.ids.data_ptr<int64_t>();
+  const int64_t untrained_bits = kUntrainedTarget | (documents ? kDocumentStart : 0);
+  bool any_untrained = false;
+  std::vector<int64_t> trained;
+  trained.reserve(static_cast<size_t>(rows * seq_len));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t v = p[r * cols + c];
+      ids[r * cols + c] = v & kTokenIdMask;
+      const bool untrained = (v & untrained_bits) != 0;
+      any_untrained |= untrained;
+      if (c > 0 && !untrained) trained.push_back(r * seq_len + c - 1);  // column c is the target of position c - 1
+    }
+  }
+  if (any_untrained) {
+    out.trained_rows = at::empty({static_cast<int64_t>(trained.size())}, at::TensorOptions().dtype(at::kLong));
+    std::copy(trained.begin(), trained.end(), out.trained_rows.data_ptr<int64_t>());
+  }
+  return out;
 }
 
 }  // namespace
@@ -413,13 +450,10 @@ void StepInterpreter::LoadBatches(const std::vector<at::Tensor>& micro_batches, 
         // With documents, a document's first token is no target either: it
         // would be predicted from the document before it, which nothing of
         // it attends to (as when each document is a sequence of its own).
-        at::Tensor untrained = batch.bitwise_and(kUntrainedTarget).ne(0);
-        if (program_.document_attention) untrained.logical_or_(batch.bitwise_and(kDocumentStart).ne(0));
-        if (untrained.any().item<bool>()) {
-          rows = untrained.narrow(1, 1, program_.seq_len).logical_not().reshape({-1}).nonzero().reshape({-1});
-          masked = true;
-        }
-        tokens = batch.bitwise_and(kTokenIdMask);
+        UnflaggedBatch unflagged = Unflag(batch, program_.document_attention);
+        tokens = std::move(unflagged.ids);
+        rows = std::move(unflagged.trained_rows);
+        masked = masked || rows.defined();
       }
       // On the GPU an out-of-range embedding index is a device assert that
       // kills the run.
