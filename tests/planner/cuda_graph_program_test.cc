@@ -213,5 +213,24 @@ TEST(CudaGraphProgramTest, ACapturedKernelCostsTheGraphsOverhead) {
   EXPECT_NEAR(as_queued - replayed, forward.work.launches * 0.75 * gpu.kernel_overhead_s, 1e-12);
 }
 
+// estimate --cuda-graph: the plan it writes keeps the pin, the report says
+// what the graph holds, and what cannot take a graph is one line of error.
+TEST(CudaGraphProgramTest, EstimateTakesThePinAndRefusesWhatCannotReplay) {
+  testing::ScratchDir dir;
+  const std::string common = "estimate --model small-llama --gpu h200-sxm-1gpu --seq 512 --micro-batch 4 ";
+  const testing::CliResult r =
+      testing::RunCli(common + "--gpus 1 --global-batch 4 --cuda-graph yes -o '" + dir.File("p.json") + "'", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("CUDA graph"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("graph_workspaces"), std::string::npos) << r.out;
+  EXPECT_TRUE(LoadPlan(dir.File("p.json")).cuda_graph);
+  const testing::CliResult off = testing::RunCli(common + "--gpus 1 --global-batch 4 --cuda-graph no", dir);
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(off.out.find("CUDA graph"), std::string::npos) << off.out;
+  testing::ExpectBadInput(common + "--gpus 2 --global-batch 8 --cuda-graph yes", dir);
+  testing::ExpectBadInput(common + "--gpus 1 --global-batch 4 --cuda-graph maybe", dir);
+  testing::ExpectBadInput(common + "--gpus 1 --global-batch 4 --cuda-graph yes --offload optimizer", dir);
+}
+
 }  // namespace
 }  // namespace llmplan

@@ -69,6 +69,11 @@ void PrintEstimate(std::ostream& out, const Estimate& e, const HardwareProfile& 
                                 " of a whole window's attention work, from the data)");
   if (OptimizerReadsComputeGradient(p, profile.device_kind != "cpu"))
     out << Row("gradients", "bf16 as autograd wrote them, read by AdamW (one GPU, one micro-batch: no fp32 copy)");
+  if (p.cuda_graph)
+    out << Row("CUDA graph", profile.device_kind == "cpu"
+                                 ? "asked for, but a CPU runs every op itself"
+                                 : "the forward, backward and norm captured on the second step and replayed as one "
+                                   "launch after (their tensors in the graph's own memory pool)");
 
   const MemoryEstimate& m = e.memory;
   out << "\nMemory per GPU at peak\n";
