@@ -170,6 +170,20 @@ UnflaggedBatch Unflag(const at::Tensor& batch, bool documents) {
   return out;
 }
 
+// Which of a CPU micro-batch's first `seq_len` columns begin a document
+// (kDocumentStart), as a bool [rows, seq_len] tensor, read on the calling
+// thread for the reason ScanTokens gives.
+at::Tensor DocumentStarts(const at::Tensor& batch, int64_t seq_len) {
+  const at::Tensor in = batch.contiguous();
+  const int64_t rows = in.size(0), cols = in.size(1);
+  at::Tensor starts = at::empty({rows, seq_len}, at::TensorOptions().dtype(at::kBool));
+  const int64_t* p = in.data_ptr<int64_t>();
+  bool* out = starts.data_ptr<bool>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < seq_len; ++t) out[r * seq_len + t] = (p[r * cols + t] & kDocumentStart) != 0;
+  return starts;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -438,8 +452,7 @@ void StepInterpreter::LoadBatches(const std::vector<at::Tensor>& micro_batches, 
     if (program_.document_attention) {
       // The pieces each row's document starts cut it into, found on the host.
       const at::Tensor host = batch.device().is_cpu() ? batch : batch.cpu();
-      spans_.push_back(FindDocumentSpans(host.narrow(1, 0, program_.seq_len).bitwise_and(kDocumentStart).ne(0),
-                                         device_.is_cuda()));
+      spans_.push_back(FindDocumentSpans(DocumentStarts(host, program_.seq_len), device_.is_cuda()));
     }
     if (batch.device().is_cpu()) {
       // The bits above the ids (micro_batch.h) off, and under a loss mask the
