@@ -17,12 +17,15 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& targets, int64_t chunk_tokens, bool fused,
-                            const at::Tensor* weight_grad_into, double denominator) {
+                            const at::Tensor* weight_grad_into, double denominator, double known_seed) {
 #ifndef LLMPLAN_WITH_CUDA
     (void)fused;  // the kernel exists only in CUDA builds
 #endif
     const int64_t n = hidden.size(0);
     const double inv_n = 1.0 / (denominator > 0 ? denominator : static_cast<double>(n));
+    // The gradient is built for the seed backward will bring, when the
+    // caller knows it (chunked_cross_entropy.h); backward then scales nothing.
+    const double grad_scale = inv_n * (known_seed > 0 ? known_seed : 1.0);
     const bool need_grad_hidden = hidden.requires_grad(), need_grad_weight = weight.requires_grad();
     at::Tensor grad_hidden = need_grad_hidden ? at::empty_like(hidden) : at::Tensor();
     // The caller's buffer (its flat gradient), or one of our own.
@@ -43,7 +46,7 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
         LaunchCrossEntropyRows(
             logits.scalar_type() == at::kBFloat16 ? KernelDType::kBF16 : KernelDType::kFP32, logits.data_ptr(),
             t.data_ptr<int64_t>(), row_loss.data_ptr<float>(), len, logits.size(1), gradient,
-            static_cast<float>(inv_n), at::cuda::getCurrentCUDAStream(logits.device().index()).stream());
+            static_cast<float>(grad_scale), at::cuda::getCurrentCUDAStream(logits.device().index()).stream());
         loss_sum += row_loss.sum();
         if (need_grad_hidden) {
           at::Tensor dst = grad_hidden.narrow(0, start, len);
@@ -62,7 +65,7 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
       // logits buffer so no second [len, V] fp32 tensor is allocated.
       logits.sub_(lse).exp_();
       logits.scatter_add_(1, t, at::full({len, 1}, -1.0, logits.options()));
-      logits.mul_(inv_n);
+      logits.mul_(grad_scale);
       at::Tensor dlogits = logits.to(hidden.scalar_type());
       if (need_grad_hidden) {
         at::Tensor dst = grad_hidden.narrow(0, start, len);
@@ -73,6 +76,7 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     ctx->saved_data["grad_hidden"] = grad_hidden;
     ctx->saved_data["grad_weight"] = grad_weight;
     ctx->saved_data["into_callers"] = into_callers;
+    ctx->saved_data["prescaled"] = known_seed > 0;
     return (loss_sum * inv_n).to(hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
   }
 
@@ -81,14 +85,18 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
     at::Tensor grad_hidden = ctx->saved_data["grad_hidden"].toTensor();
     at::Tensor grad_weight = ctx->saved_data["grad_weight"].toTensor();
     const bool into_callers = ctx->saved_data["into_callers"].toBool();
+    const bool prescaled = ctx->saved_data["prescaled"].toBool();
     ctx->saved_data.clear();  // drop our references as soon as autograd has the results
     // Scale in place (these buffers are ours, or the caller's to be scaled) by
-    // a device scalar: no host sync to test whether g is 1.
-    if (grad_hidden.defined()) grad_hidden.mul_(g.to(grad_hidden.scalar_type()));
-    if (grad_weight.defined()) grad_weight.mul_(g.to(grad_weight.scalar_type()));
+    // a device scalar: no host sync to test whether g is 1. Not when the
+    // forward built them for the seed: g is that seed (the caller's promise).
+    if (!prescaled) {
+      if (grad_hidden.defined()) grad_hidden.mul_(g.to(grad_hidden.scalar_type()));
+      if (grad_weight.defined()) grad_weight.mul_(g.to(grad_weight.scalar_type()));
+    }
     // In the caller's buffer the weight's gradient is in place already.
     return {grad_hidden, into_callers ? at::Tensor() : grad_weight, at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+            at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -96,7 +104,7 @@ class ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCros
 
 at::Tensor ChunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                int64_t chunk_tokens, bool fused, const at::Tensor& weight_grad_into,
-                               double denominator) {
+                               double denominator, double known_seed) {
   TORCH_CHECK(chunk_tokens >= 1, "ChunkedCrossEntropy: chunk_tokens must be positive");
   TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
               "ChunkedCrossEntropy: hidden [N, H] and weight [V, H] expected");
@@ -111,8 +119,10 @@ at::Tensor ChunkedCrossEntropy(const at::Tensor& hidden, const at::Tensor& weigh
   // A pointer, not a tensor argument: autograd would take a tensor for an
   // input of the function (and LibTorch 1.13 cannot take an undefined one).
   TORCH_CHECK(denominator >= 0, "ChunkedCrossEntropy: the denominator must not be negative");
+  TORCH_CHECK(known_seed >= 0, "ChunkedCrossEntropy: the known seed must not be negative");
   return ChunkedCrossEntropyFunction::apply(hidden, weight, targets, chunk_tokens, kernel,
-                                            weight_grad_into.defined() ? &weight_grad_into : nullptr, denominator);
+                                            weight_grad_into.defined() ? &weight_grad_into : nullptr, denominator,
+                                            known_seed);
 }
 
 at::Tensor PlainCrossEntropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets) {

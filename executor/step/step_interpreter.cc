@@ -821,8 +821,11 @@ at::Tensor StepInterpreter::HeadLoss(const at::Tensor& normed, const at::Tensor&
     hidden = hidden.index_select(0, rows);
     targets = targets.index_select(0, rows);
   }
+  // Backward (StepInterpreter::Backward) seeds the loss with 1 / micro-batches:
+  // the loss builds its gradients for that seed and scales nothing after.
+  // An evaluation's loss has no backward; the seed is unused there.
   return ChunkedCrossEntropy(hidden, weight, targets, program_.loss_chunk_tokens, fused, weight_grad_into,
-                             loss_denominator_[mb]);
+                             loss_denominator_[mb], HeadSeed());
 }
 
 // An evaluation's forward: no graph, and the activation each unit reads is
@@ -868,7 +871,7 @@ void StepInterpreter::Backward(int unit, int mb) {
   if (kind == UnitKind::kHead && model_.spec().tied_embeddings)
     units_.at(model_.embedding_unit()).MaterializeComputeGrad();
   if (kind == UnitKind::kHead) {
-    at::Tensor seed = at::full({}, 1.0 / static_cast<double>(program_.micro_batches), a.output.options());
+    at::Tensor seed = at::full({}, HeadSeed(), a.output.options());  // what HeadLoss built the gradient for
     torch::autograd::backward({a.output}, {seed});
   } else {
     TORCH_CHECK(kind != UnitKind::kBlock || a.output.requires_grad(), "backward of unit ", unit, " micro-batch ", mb,

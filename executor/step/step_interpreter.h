@@ -170,6 +170,9 @@ class StepInterpreter {
   void EvaluationForward(int unit, int mb);
   at::Tensor HeadLoss(const at::Tensor& normed, const at::Tensor& weight, int mb, bool fused,
                       const at::Tensor& weight_grad_into);
+  // The gradient each micro-batch's loss is seeded with in backward: the
+  // step's loss is the mean over its micro-batches.
+  double HeadSeed() const { return 1.0 / static_cast<double>(program_.micro_batches); }
   void Recompute(int unit, int mb);
   void Backward(int unit, int mb);
   void Gather(const StepOp& op);

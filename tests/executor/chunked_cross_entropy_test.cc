@@ -81,6 +81,36 @@ TEST(ChunkedCrossEntropyTest, WritesTheWeightGradientIntoTheCallersBuffer) {
                c10::Error);
 }
 
+// The seed the executor brings (known_seed: 1/grad_accum) is built into the
+// gradients in the forward, and backward leaves them as they are: the same
+// gradients as scaling after (fp32: the scale meets the softmax before the
+// GEMMs instead of after them, ~1 ulp), the same loss, and into the
+// caller's buffer too.
+TEST(ChunkedCrossEntropyTest, AKnownSeedGivesTheSameGradientsWithoutScalingAfter) {
+  at::manual_seed(2);
+  const int64_t n = 45, hidden_size = 16, vocab = 300;
+  const at::Tensor hidden = at::randn({n, hidden_size});
+  const at::Tensor weight = at::randn({vocab, hidden_size}) * 0.3;
+  const at::Tensor targets = at::randint(vocab, {n}, at::TensorOptions().dtype(at::kLong));
+  for (double seed : {1.0, 0.5, 0.25}) {
+    SCOPED_TRACE(seed);
+    at::Tensor h1 = hidden.clone().requires_grad_(true), w1 = weight.clone().requires_grad_(true);
+    at::Tensor loss1 = ChunkedCrossEntropy(h1, w1, targets, 16);
+    torch::autograd::backward({loss1}, {at::full({}, seed, loss1.options())});
+    at::Tensor h2 = hidden.clone().requires_grad_(true), w2 = weight.clone().requires_grad_(true);
+    at::Tensor into = at::zeros({vocab, hidden_size});
+    w2.mutable_grad() = into;
+    at::Tensor loss2 = ChunkedCrossEntropy(h2, w2, targets, 16, /*fused=*/false, into, /*denominator=*/0, seed);
+    torch::autograd::backward({loss2}, {at::full({}, seed, loss2.options())});
+    EXPECT_TRUE(at::equal(loss1, loss2));
+    EXPECT_TRUE(at::allclose(h2.grad(), h1.grad(), 1e-6, 1e-9));
+    EXPECT_TRUE(at::allclose(into, w1.grad(), 1e-6, 1e-9));
+    // Not scaled again: twice the seed's gradient would be far off.
+    EXPECT_FALSE(at::allclose(into, w1.grad() * seed, 1e-3, 1e-9) && seed != 1.0);
+  }
+  EXPECT_THROW(ChunkedCrossEntropy(hidden, weight, targets, 16, false, {}, 0, -1.0), c10::Error);
+}
+
 TEST(ChunkedCrossEntropyTest, Bf16MatchesFp32WithinBf16Precision) {
   at::manual_seed(1);
   at::Tensor hidden = at::randn({64, 32});
