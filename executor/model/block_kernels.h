@@ -77,6 +77,14 @@ void LaunchRopeBackward(KernelDType dtype, const void* grad_out, const void* cos
                         int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim, int64_t in_token_stride,
                         int64_t out_token_stride, void* stream);
 
+// Copies `rows` rows of row_bytes each from src to dst, rows src_stride_bytes
+// and dst_stride_bytes apart (v out of a packed q/k/v projection's rows, and
+// its gradient back in).
+// REQUIRES: both pointers, both strides and row_bytes multiples of 16 (true
+// of a packed q/k/v where RopeKernelFits); the two ranges do not overlap.
+void LaunchCopyRows(const void* src, int64_t src_stride_bytes, void* dst, int64_t dst_stride_bytes, int64_t rows,
+                    int64_t row_bytes, void* stream);
+
 // SwiGLU: out = round(round(silu(gate)) * up) over `rows` rows of `cols`
 // elements; backward gives grad_gate = round(round(g * up) * silu'(gate)) and
 // grad_up = round(g * silu(gate)). gate and up (and, backward, their

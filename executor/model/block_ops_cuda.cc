@@ -155,7 +155,8 @@ class QkvRopeFunction : public torch::autograd::Function<QkvRopeFunction> {
                       q_dim, StreamOf(qkv));
     LaunchRopeForward(DTypeOf(qkv), base + q_dim * bytes, cos.data_ptr(), sin.data_ptr(), k.data_ptr(), tokens, seq,
                       kv_heads, d, row, kv_dim, StreamOf(qkv));
-    v.view({batch, seq, kv_dim}).copy_(qkv.narrow(2, q_dim + kv_dim, kv_dim));
+    LaunchCopyRows(base + (q_dim + kv_dim) * bytes, row * bytes, v.data_ptr(), kv_dim * bytes, tokens, kv_dim * bytes,
+                   StreamOf(qkv));
     ctx->save_for_backward({cos, sin});
     ctx->saved_data["heads"] = heads;
     ctx->saved_data["kv_heads"] = kv_heads;
@@ -177,7 +178,9 @@ class QkvRopeFunction : public torch::autograd::Function<QkvRopeFunction> {
                        row, StreamOf(dq));
     LaunchRopeBackward(DTypeOf(dq), dk.data_ptr(), cos.data_ptr(), sin.data_ptr(), base + q_dim * bytes, tokens, seq,
                        kv_heads, d, kv_dim, row, StreamOf(dq));
-    dqkv.narrow(2, q_dim + kv_dim, kv_dim).copy_(dv.reshape({batch, seq, kv_dim}));
+    const at::Tensor dv_rows = dv.reshape({tokens, kv_dim}).contiguous();
+    LaunchCopyRows(dv_rows.data_ptr(), kv_dim * bytes, base + (q_dim + kv_dim) * bytes, row * bytes, tokens,
+                   kv_dim * bytes, StreamOf(dq));
     return {dqkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
