@@ -35,6 +35,7 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cublasLt.h>
 #endif
 
 #define LLMPLAN_TORCH_AT_LEAST(major, minor) \
@@ -197,6 +198,33 @@ inline void FusedAdamW(at::Tensor& param, const at::Tensor& grad, at::Tensor& ex
   TORCH_CHECK(false, "fused AdamW needs LibTorch >= 2.1");
 #endif
 }
+
+// ---------------------------------------------------------------------------
+// cuBLASLt
+
+#ifdef LLMPLAN_WITH_CUDA
+// The cuBLASLt handle ATen's GEMMs use on the current stream and that
+// stream's workspace: with ATen's unified cuBLAS/cuBLASLt workspaces (its
+// default since 2.7) the buffer its cuBLAS GEMMs already hold, so a caller
+// allocates nothing. handle is null on a LibTorch that exposes neither (before
+// 2.3): the caller then keeps to ATen's GEMMs.
+struct BlasLtContext {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+inline BlasLtContext CurrentBlasLt() {
+  BlasLtContext context;
+#if LLMPLAN_TORCH_AT_LEAST(2, 3)
+  (void)at::cuda::getCurrentCUDABlasHandle();  // sets the stream's workspace up before its first GEMM
+  context.handle = at::cuda::getCurrentCUDABlasLtHandle();
+  context.workspace = at::cuda::getCUDABlasLtWorkspace();
+  context.workspace_bytes = at::cuda::getCUDABlasLtWorkspaceSize();
+#endif
+  return context;
+}
+#endif
 
 // ---------------------------------------------------------------------------
 // Memory statistics

@@ -6,6 +6,10 @@
 
 #include <torch/autograd.h>
 
+#ifdef LLMPLAN_WITH_CUDA
+#include "executor/model/residual_gemm_cuda.h"
+#endif
+
 namespace llmplan::executor {
 namespace {
 
@@ -114,7 +118,18 @@ class AddProjectionFunction : public torch::autograd::Function<AddProjectionFunc
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& residual, const at::Tensor& x,
                             const at::Tensor& weight) {
     ctx->save_for_backward({x, weight});
-    const at::Tensor y = at::addmm(residual.reshape({-1, weight.size(0)}), x.reshape({-1, weight.size(1)}), weight.t());
+    const at::Tensor r2d = residual.reshape({-1, weight.size(0)}), x2d = x.reshape({-1, weight.size(1)});
+#ifdef LLMPLAN_WITH_CUDA
+    // cuBLASLt reads the residual and writes the sum elsewhere; at::addmm
+    // would copy the residual into the output first (residual_gemm_cuda.h).
+    const at::ScalarType dtype = x2d.scalar_type();
+    if (x2d.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf) && r2d.scalar_type() == dtype &&
+        weight.scalar_type() == dtype && r2d.is_contiguous() && x2d.is_contiguous() && weight.is_contiguous()) {
+      const at::Tensor y = fused::ResidualGemm(r2d, x2d, weight);
+      if (y.defined()) return y.view(residual.sizes());
+    }
+#endif
+    const at::Tensor y = at::addmm(r2d, x2d, weight.t());
     return y.view(residual.sizes());
   }
 

@@ -6,7 +6,9 @@
 //                  v, or gate and up — their weights used as the rows of one
 //                  matrix.
 //   AddProjection  residual + x W^T as one GEMM adding the residual in its
-//                  epilogue (C = A B^T + C, rounded once).
+//                  epilogue (D = A B^T + C, rounded once; on a GPU in bf16
+//                  through cuBLASLt, which reads C and writes D apart:
+//                  residual_gemm_cuda.h).
 //
 // Why, in bytes and launches: the separate form runs a GEMM per projection
 // forward and two backward, sums the projections' input gradients with an

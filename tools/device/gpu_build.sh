@@ -32,6 +32,10 @@ torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 nccl_root="$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])')"
 # executor/CMakeLists.txt links $nccl_root/lib/libnccl.so.2 by full path
 # (the wheel has no unversioned libnccl.so).
+# cuBLASLt likewise: the copy libtorch_cuda.so itself loads (ResidualGemm
+# calls it; a second build of it in the process would not match the wheel's cuBLAS).
+torch_lib="$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
+cublaslt="$(ldd "$torch_lib/libtorch_cuda.so" | awk '/libcublasLt/ && $3 ~ /^\// {print $3; exit}')"
 
 cmake -S "$source_dir" -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release \
@@ -39,6 +43,7 @@ cmake -S "$source_dir" -B "$build" -G Ninja \
   -DLLMPLAN_WITH_CUDA=ON \
   -DCMAKE_PREFIX_PATH="$torch_prefix" \
   -DLLMPLAN_NCCL_ROOT="$nccl_root" \
+  ${cublaslt:+-DLLMPLAN_CUBLASLT_LIBRARY="$cublaslt"} \
   "$@"
 # shellcheck disable=SC2086  # a list of target names
 cmake --build "$build" -j "${LLMPLAN_JOBS:-$(nproc)}" ${LLMPLAN_GPU_TARGETS:+--target $LLMPLAN_GPU_TARGETS}
