@@ -196,12 +196,13 @@ OpWork HeadEvaluationWork(const ActivationShape& a) {
 OpWork HeadBackwardWork(const ActivationShape& a, double matrix_params) {
   const PerToken z(a);
   OpWork w;
-  // Scale the two gradients the forward made by the loss's seed (in place),
+  // The forward built both gradients for the seed backward brings (the
+  // executor's ChunkedCrossEntropy known_seed), so nothing is scaled here:
   // add d W into the flat gradient (the composite form: the fused form's loss
   // wrote it there), and the final norm's backward.
   const double add = z.fused ? 0 : 3 * z.c * matrix_params;
-  w.elementwise_bytes = a.tokens * (2 * z.H + RmsNormBackwardBytes(z)) + 2 * z.c * matrix_params + add;
-  w.launches = RmsNormBackwardLaunches(z) + (z.fused ? 3 : 4);
+  w.elementwise_bytes = a.tokens * RmsNormBackwardBytes(z) + add;
+  w.launches = RmsNormBackwardLaunches(z) + (z.fused ? 1 : 2);
   return w;
 }
 
