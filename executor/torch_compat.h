@@ -204,10 +204,11 @@ inline void FusedAdamW(at::Tensor& param, const at::Tensor& grad, at::Tensor& ex
 
 #ifdef LLMPLAN_WITH_CUDA
 // The cuBLASLt handle ATen's GEMMs use on the current stream and that
-// stream's workspace: with ATen's unified cuBLAS/cuBLASLt workspaces (its
-// default since 2.7) the buffer its cuBLAS GEMMs already hold, so a caller
-// allocates nothing. handle is null on a LibTorch that exposes neither (before
-// 2.3): the caller then keeps to ATen's GEMMs.
+// stream's workspace: with ATen's unified cuBLAS/cuBLASLt workspaces (the
+// default of recent releases, 2.11 among them: ResidualGemmGpuTest checks
+// that nothing more is allocated) the buffer its cuBLAS GEMMs already hold,
+// so a caller allocates nothing. handle is null below the guard's 2.3 (built
+// and tested on 2.11 only): the caller then keeps to ATen's GEMMs.
 struct BlasLtContext {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
