@@ -204,11 +204,13 @@ inline void FusedAdamW(at::Tensor& param, const at::Tensor& grad, at::Tensor& ex
 
 #ifdef LLMPLAN_WITH_CUDA
 // The cuBLASLt handle ATen's GEMMs use on the current stream and that
-// stream's workspace: with ATen's unified cuBLAS/cuBLASLt workspaces (the
-// default of recent releases, 2.11 among them: ResidualGemmGpuTest checks
-// that nothing more is allocated) the buffer its cuBLAS GEMMs already hold,
-// so a caller allocates nothing. handle is null below the guard's 2.3 (built
-// and tested on 2.11 only): the caller then keeps to ATen's GEMMs.
+// stream's cuBLASLt workspace. LibTorch 2.11 keeps it apart from the cuBLAS
+// workspace (unless TORCH_CUBLASLT_UNIFIED_WORKSPACE=1): 1 MiB more per
+// stream, allocated through the caching allocator at the first call and kept,
+// which the profile's memory.workspace_bytes counts (MeasureGemmWorkspaceBytes
+// runs a block, residual GEMMs included; ResidualGemmGpuTest checks nothing
+// else is taken). handle is null below the guard's 2.3 (built and tested on
+// 2.11 only): the caller then keeps to ATen's GEMMs.
 struct BlasLtContext {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;

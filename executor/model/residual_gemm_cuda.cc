@@ -110,7 +110,8 @@ at::Tensor ResidualGemm(const at::Tensor& residual, const at::Tensor& x, const a
   const c10::cuda::CUDAGuard guard(x.device());
   if (rows == 0) return at::empty_like(residual);
 
-  // ATen's handle and the current stream's workspace: nothing allocated here.
+  // ATen's handle and the current stream's cuBLASLt workspace (allocated by
+  // ATen at the stream's first call and kept: compat::CurrentBlasLt).
   const compat::BlasLtContext lt = compat::CurrentBlasLt();
   if (lt.handle == nullptr) return at::Tensor();
   cublasLtHandle_t handle = lt.handle;

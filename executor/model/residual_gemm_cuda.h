@@ -20,8 +20,9 @@ namespace llmplan::executor::fused {
 // fp32 accumulation, as a new [rows, out] tensor; an undefined tensor where
 // cuBLASLt offers no algorithm for these shapes and alignments (the caller
 // falls back to at::addmm). The matmul runs on the current stream with ATen's
-// cuBLASLt handle and workspace, so it is captured into a CUDA graph as any
-// ATen GEMM is.
+// cuBLASLt handle and that stream's cuBLASLt workspace (taken at its first
+// call, kept after: the profile's workspace_bytes), so it is captured into a
+// CUDA graph as any ATen GEMM is and allocates nothing but its output.
 // REQUIRES: contiguous CUDA tensors on the current device, one dtype (bf16
 // or fp16).
 at::Tensor ResidualGemm(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight);

@@ -4,15 +4,21 @@
 //   - the sum is as close to fp64 as addmm's, at a 1B block's shapes, at odd
 //     ones and at operands only 2-byte aligned;
 //   - the residual is read, never written, and the result is a new tensor;
-//   - the call allocates its output and nothing else (ATen's workspace);
+//   - the call allocates its output and nothing else once the stream's
+//     cuBLASLt workspace is there; the stream's first call adds exactly that
+//     workspace (what the profile's workspace_bytes counts), nothing more;
 //   - gradients equal residual + linear's.
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include "executor/model/projections.h"
 #include "executor/torch_compat.h"
@@ -87,6 +93,37 @@ TEST_F(ResidualGemmGpuTest, AllocatesItsOutputAndNothingElse) {
   const int64_t output_bytes = rows * out * 2;
   EXPECT_EQ(after.allocated - before, output_bytes);
   EXPECT_EQ(after.peak_allocated - before, output_bytes) << "a temporary beside the output";
+}
+
+// On a stream that has run an ATen GEMM (as a block's q/k/v projection runs
+// before its o projection), the first AddProjection takes the stream's
+// cuBLASLt workspace, which stays allocated, and nothing else: the executor's
+// step holds one per stream it computes on, and the memory model counts it in
+// memory.workspace_bytes. A leak or a second buffer would show here.
+TEST_F(ResidualGemmGpuTest, FirstCallOnAStreamKeepsOnlyItsCublasLtWorkspace) {
+  const int64_t rows = 4096, in = 2048, out = 2048;
+  const at::Tensor x = Randn({rows, in}), weight = Randn({out, in}), residual = Randn({rows, out});
+  torch::cuda::synchronize();
+  const c10::cuda::CUDAStream fresh = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, 0);
+  const c10::cuda::CUDAStreamGuard on_fresh(fresh);
+  (void)at::linear(x, weight);  // the stream's cuBLAS workspace, as a step's first GEMM takes it
+  torch::cuda::synchronize();
+  const int64_t before = compat::ReadMemoryStats(kCuda, 0).allocated;
+  at::Tensor y = AddProjection(residual, x, weight);
+  torch::cuda::synchronize();
+  const int64_t output_bytes = rows * out * 2;
+  const int64_t kept = compat::ReadMemoryStats(kCuda, 0).allocated - before - output_bytes;
+  const int64_t lt_workspace = static_cast<int64_t>(compat::CurrentBlasLt().workspace_bytes);
+  std::printf("first AddProjection on a stream kept %lld bytes besides its output; cuBLASLt workspace %lld\n",
+              static_cast<long long>(kept), static_cast<long long>(lt_workspace));
+  // 0 where LibTorch shares the cuBLAS workspace with cuBLASLt.
+  EXPECT_TRUE(kept == lt_workspace || kept == 0) << kept;
+  y = at::Tensor();
+  torch::cuda::synchronize();
+  const int64_t settled = compat::ReadMemoryStats(kCuda, 0).allocated;
+  (void)AddProjection(residual, x, weight);
+  torch::cuda::synchronize();
+  EXPECT_EQ(compat::ReadMemoryStats(kCuda, 0).allocated, settled) << "a second call kept more";
 }
 
 TEST_F(ResidualGemmGpuTest, GradientsEqualResidualPlusLinear) {
