@@ -25,6 +25,15 @@ if(GIT_FOUND)
   endif()
 endif()
 
+# LLMPLAN_COMMIT in the environment names the commit instead: the GPU
+# machine's copy of the tree is not a checkout of it, and its git metadata,
+# where any came along, named an older commit (a profile measured there on
+# 2026-12-07 said d444fb5 of 83f2661). tools/device/gpu_build.sh configures
+# on every call, so the variable set for a call reaches the build.
+if(NOT "$ENV{LLMPLAN_COMMIT}" STREQUAL "")
+  set(LLMPLAN_GIT_COMMIT "$ENV{LLMPLAN_COMMIT}")
+endif()
+
 # The executor's LibTorch, and with LLMPLAN_WITH_CUDA its CUDA toolkit and
 # the NCCL whose nccl.h it compiles against (the NCCL_MAJOR/MINOR/PATCH
 # defines; the library linked is the one beside that header).
