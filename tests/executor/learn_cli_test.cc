@@ -136,12 +136,14 @@ TEST_F(LearnCliTest, ARunSlowerThanTheStorePredictsSaysWhereOnce) {
 // (the plan's own, at the profile's rate, is several times too fast).
 TEST_F(LearnCliTest, TheFirstStepsHostAdamWGivesAPredictionTheStepsThenMeet) {
   ASSERT_EQ(Estimate("--offload optimizer -o " + Path("plan.json")).status, 0);
-  // 0.1 s an update, 0.6 s a step for the six units: the host AdamW must
+  // 0.25 s an update, 1.5 s a step for the six units: the host AdamW must
   // dwarf the rest of the step, which the prediction takes from the `cpu`
   // profile, and a 2-core CI machine runs the tiny model's forward and
-  // backward up to 8x slower than that profile (0.15 s a step against 17 ms
-  // predicted); at 0.03 s an update the step was half AdamW, half compute.
-  ::setenv("LLMPLAN_TEST_SLOW_OPTIMIZER_S", "0.1", 1);
+  // backward up to 20x slower than that profile (0.15 s a step alone, 0.36 s
+  // beside another test under ctest -j2, against 17 ms predicted); at 0.03 s
+  // an update the step was half AdamW, and at 0.1 s it was still 1.58x the
+  // prediction.
+  ::setenv("LLMPLAN_TEST_SLOW_OPTIMIZER_S", "0.25", 1);
   CommandResult run = Run("offloaded", "--no-learn");
   ::unsetenv("LLMPLAN_TEST_SLOW_OPTIMIZER_S");
   ASSERT_EQ(run.status, 0) << run.output;
@@ -155,7 +157,7 @@ TEST_F(LearnCliTest, TheFirstStepsHostAdamWGivesAPredictionTheStepsThenMeet) {
   const nlohmann::json summary = nlohmann::json::parse(std::ifstream(Path("offloaded") + "/summary.json"));
   const nlohmann::json& host = summary["host_adam_prediction"];
   ASSERT_TRUE(host.is_object()) << summary.dump(1);
-  EXPECT_GE(host["cpu_adam_seconds"].get<double>(), 0.1);
+  EXPECT_GE(host["cpu_adam_seconds"].get<double>(), 0.25);
   const double at_host = host["predicted_tokens_per_s_per_gpu"].get<double>();
   const double plan = summary["predicted_tokens_per_s_per_gpu"].get<double>();
   const double measured = summary["mean_tokens_per_s_per_gpu"].get<double>();
