@@ -284,6 +284,7 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
                         {"kernels", m.launch.kernels},
                         {"host_s_per_kernel", m.launch.host_s},
                         {"device_s_per_kernel", m.launch.device_s},
+                        {"device_round", m.launch.device_round},
                         {"graph_device_s_per_kernel", m.launch.graph_device_s}};
 
   // --- host <-> device copies ---
@@ -504,8 +505,9 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
   s << ". ";
   s << "Memory: " << m.copy.what << " " << FormatRate(p.memory_bandwidth_bytes_per_s, "B/s") << " (read + write); "
     << m.add.what << " reaches " << Percent(p.elementwise_efficiency) << " of it. ";
-  s << "Kernel launch (" << m.launch.kernels << " tiny ops): " << Micros(p.kernel_launch_s) << " host, "
-    << Micros(p.kernel_overhead_s) << " device each";
+  s << "Kernel launch (" << m.launch.kernels << " tiny ops";
+  if (m.launch.device_round > 0) s << ", on the device in rounds of " << m.launch.device_round;
+  s << "): " << Micros(p.kernel_launch_s) << " host, " << Micros(p.kernel_overhead_s) << " device each";
   if (p.graph_kernel_overhead_s > 0) s << ", " << Micros(p.graph_kernel_overhead_s) << " replayed from a CUDA graph";
   s << ". ";
   if (m.host_copies) {

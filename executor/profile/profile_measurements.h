@@ -63,6 +63,7 @@ struct LaunchMeasurement {
   int kernels = 0;              // tiny ops issued per measurement
   double host_s = 0;            // host seconds to issue one
   double device_s = 0;          // device seconds per op, queued back to back
+  int device_round = 0;         // ops per timed round on the device (0: all at once, a CPU)
   double graph_device_s = 0;    // the same ops replayed from a CUDA graph (0: not measured, no CUDA)
 };
 

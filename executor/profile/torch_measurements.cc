@@ -159,6 +159,7 @@ LaunchMeasurement MeasureLaunch(const c10::Device& device, int kernels) {
   // timed as 2,000 at once, an H100 read 4.16 us a kernel, against 1.97 us
   // timed as 500 (two H100 machines, 2026-12-07).
   constexpr int kRound = 250;
+  m.device_round = kRound;
   const at::Tensor a = Random({4096, 4096}, at::kBFloat16, device);
   const double gemm_s = SecondsPerCall(device, [&] { (void)at::mm(a, a); }, {0.01, 1, 100});
   const int blockers = static_cast<int>(std::ceil(3 * kRound * m.host_s / gemm_s)) + 1;
