@@ -181,6 +181,10 @@ nlohmann::json GemmTable(const std::vector<GemmMeasurement>& gemms) {
                     {"in_fit", g.shape.in_fit},
                     {"seconds", g.seconds},
                     {"flops_per_s", g.FlopsPerSecond()}});
+    if (g.sustained_seconds > 0) {
+      rows.back()["sustained_seconds"] = g.sustained_seconds;
+      rows.back()["sustained_flops_per_s"] = g.shape.Flops() / g.sustained_seconds;
+    }
   }
   return rows;
 }
@@ -489,7 +493,18 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
     s << machine.device_name << " (CPU executor, LibTorch " << machine.torch << ")";
   }
   s << ", " << machine.host_cores << " host threads, " << FormatBytes(machine.host_memory_bytes) << " host memory. ";
-  s << "GEMM: " << m.gemms.size() << " at::linear " << gemm_dtype << " shapes, least squares on 1/rate = a + b/d "
+  s << "GEMM: " << m.gemms.size() << " at::linear " << gemm_dtype << " shapes";
+  double burst_total_s = 0, sustained_total_s = 0;
+  for (const GemmMeasurement& g : m.gemms) {
+    if (!g.shape.in_fit || g.sustained_seconds <= 0) continue;
+    burst_total_s += g.seconds;
+    sustained_total_s += g.sustained_seconds;
+  }
+  if (burst_total_s > 0)
+    s << " timed as a step runs them, in bursts of ~" << std::lround(1000 * kGemmBurstSeconds) << " ms after "
+      << std::lround(1000 * kGemmIdleSeconds) << " ms idle (back to back, at the power limit, the fitted shapes took "
+      << Percent(sustained_total_s / burst_total_s - 1) << " longer in all; the table's sustained_seconds)";
+  s << ", least squares on 1/rate = a + b/d "
     << "(d the smallest side) against a peak of " << FormatRate(gemm.peak, "FLOP/s")
     << (cuda ? " (the base's datasheet figure)" : " (" + machine.cpu_peak_how + ")") << " gives max_efficiency "
     << std::to_string(p.gemm_max_efficiency).substr(0, 5) << ", half_efficiency_dim "

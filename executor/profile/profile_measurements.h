@@ -36,10 +36,17 @@ struct ProfiledMachine {
   std::string date_utc;  // ISO 8601, when the measurement started
 };
 
+// How MeasureGemms times each shape for the fit on a GPU: 5 bursts of ~10 ms,
+// each after 20 ms idle (BurstSecondsPerCall, device_timer.h).
+inline constexpr double kGemmBurstSeconds = 0.01;
+inline constexpr int kGemmBursts = 5;
+inline constexpr double kGemmIdleSeconds = 0.02;
+
 struct GemmMeasurement {
   GemmShape shape;
   std::string dtype;  // "bf16" or "fp32"
-  double seconds = 0;  // per call
+  double seconds = 0;  // per call, in bursts between idle (BurstSecondsPerCall): what the fit reads
+  double sustained_seconds = 0;  // per call, back to back for SecondsPerCall's batches (0: not timed)
   double FlopsPerSecond() const { return shape.Flops() / seconds; }
 };
 

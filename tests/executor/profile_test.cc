@@ -78,6 +78,7 @@ ProfileMeasurements TwoGpuMeasurements() {
     GemmMeasurement g{s, "bf16", 0};
     g.seconds = s.Flops() / truth.GemmFlopsPerSecond(s.tokens, s.in, s.out);
     if (!s.in_fit) g.seconds *= 10;  // reference rows must not move the fit
+    g.sustained_seconds = 1.25 * g.seconds;  // back to back at the power limit: the fit must not read it
     m.gemms.push_back(g);
   }
   for (const AttentionShape& s : ProfileAttentionShapes(true, true)) {
@@ -157,13 +158,16 @@ TEST(AssembleProfileTest, MeasuredNumbersLandInTheProfileAndItLoads) {
   for (const char* field : {"compute.bf16_peak_flops", "collectives.inter_node", "price_per_gpu_hour", "compute.launch_queue_depth"})
     EXPECT_NE(std::find(a.from_base.begin(), a.from_base.end(), field), a.from_base.end()) << field;
   for (const char* said : {"2 x NVIDIA H200", "2026-12-01T10:00:00Z", "driver 580.65.06", "NCCL 2.28.9", "LibTorch 2.11.0",
-                           "Kept from base profile h200-sxm", "collectives.inter_node"})
+                           "Kept from base profile h200-sxm", "collectives.inter_node",
+                           "in bursts of ~10 ms after 20 ms idle", "took 25.0% longer in all"})
     EXPECT_NE(p.source.find(said), std::string::npos) << said << " missing from: " << p.source;
 
   // The file: the loader accepts it (ignoring "measurements") and reads the same numbers.
   const nlohmann::json file = ProfileFileJson(a);
   ASSERT_TRUE(file.contains("measurements"));
   EXPECT_EQ(file["measurements"]["gemm"]["table"].size(), TwoGpuMeasurements().gemms.size());
+  const nlohmann::json& row = file["measurements"]["gemm"]["table"][0];
+  EXPECT_DOUBLE_EQ(row["sustained_seconds"].get<double>(), 1.25 * row["seconds"].get<double>());
   EXPECT_EQ(file["measurements"]["collectives"][0]["group_size"], 2);
   const HardwareProfile loaded = HardwareProfileFromJson(file, "test");
   EXPECT_EQ(loaded.gemm_max_efficiency, p.gemm_max_efficiency);
