@@ -7,7 +7,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "executor/checkpoint/sharded_checkpoint.h"
 #include "base/atomic_file.h"
@@ -161,7 +161,7 @@ int64_t ExportCheckpoint(const std::string& checkpoint_dir, const std::string& o
     char name[64];
     std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", f + 1, files.size());
     const std::string file = sharded ? name : "model.safetensors";
-    std::map<std::string, torch::Tensor> tensors;
+    std::map<std::string, at::Tensor> tensors;
     for (const Param& p : files[f]) {
       tensors[p.shape.name] = reader.Read(p.unit, "master", p.offset, p.shape.numel()).view(p.shape.shape).to(options.dtype);
       weight_map[p.shape.name] = file;

@@ -1,6 +1,8 @@
 // safetensors writer and validating reader (format in safetensors.h).
 #include "executor/checkpoint/safetensors.h"
 
+#include <ATen/ATen.h>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -33,7 +35,7 @@ using nlohmann::json;
 struct DtypeInfo {
   const char* name;
   int file_bytes;             // bytes per element in the file
-  torch::ScalarType torch_type;  // what the reader returns
+  at::ScalarType torch_type;  // what the reader returns
 };
 
 // U16/U32 come last: the writer's lookup by torch dtype must find the
@@ -41,10 +43,10 @@ struct DtypeInfo {
 // sizes are those SafetensorsDtypeBytes accepts (safetensors_header.cc), so
 // every entry a validated header holds is found here.
 constexpr DtypeInfo kDtypes[] = {
-    {"F64", 8, torch::kFloat64}, {"F32", 4, torch::kFloat32}, {"F16", 2, torch::kFloat16},
-    {"BF16", 2, torch::kBFloat16}, {"I64", 8, torch::kInt64}, {"I32", 4, torch::kInt32},
-    {"I16", 2, torch::kInt16},   {"I8", 1, torch::kInt8},     {"U8", 1, torch::kUInt8},
-    {"BOOL", 1, torch::kBool},   {"U16", 2, torch::kInt32},   {"U32", 4, torch::kInt64},
+    {"F64", 8, at::kDouble}, {"F32", 4, at::kFloat}, {"F16", 2, at::kHalf},
+    {"BF16", 2, at::kBFloat16}, {"I64", 8, at::kLong}, {"I32", 4, at::kInt},
+    {"I16", 2, at::kShort},   {"I8", 1, at::kChar},     {"U8", 1, at::kByte},
+    {"BOOL", 1, at::kBool},   {"U16", 2, at::kInt},   {"U32", 4, at::kLong},
 };
 
 const DtypeInfo* DtypeByName(const std::string& name) {
@@ -54,7 +56,7 @@ const DtypeInfo* DtypeByName(const std::string& name) {
   return nullptr;
 }
 
-const DtypeInfo* DtypeByTorch(torch::ScalarType type) {
+const DtypeInfo* DtypeByTorch(at::ScalarType type) {
   for (const DtypeInfo& d : kDtypes) {
     if (d.torch_type == type && d.file_bytes == static_cast<int>(c10::elementSize(type))) return &d;
   }
@@ -68,16 +70,16 @@ std::string Errno() { return std::strerror(errno); }
 // ---------------------------------------------------------------------------
 // Writer
 
-FileDigest WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+FileDigest WriteSafetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
                             const std::map<std::string, std::string>& metadata, const std::string& what) {
   json header = json::object();  // std::map underneath: keys come out sorted
-  std::vector<torch::Tensor> ordered;
+  std::vector<at::Tensor> ordered;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {  // std::map: ordered by name
     if (name.empty() || name == "__metadata__") {
       throw std::invalid_argument("safetensors: invalid tensor name '" + name + "'");
     }
-    if (!tensor.defined() || tensor.device().type() != torch::kCPU) {
+    if (!tensor.defined() || tensor.device().type() != at::kCPU) {
       throw std::invalid_argument("safetensors: tensor '" + name + "' must be a defined CPU tensor");
     }
     const DtypeInfo* dtype = DtypeByTorch(tensor.scalar_type());
@@ -85,7 +87,7 @@ FileDigest WriteSafetensors(const std::string& path, const std::map<std::string,
       throw std::invalid_argument("safetensors: tensor '" + name + "' has unsupported dtype " +
                                   std::string(c10::toString(tensor.scalar_type())));
     }
-    torch::Tensor contiguous = tensor.contiguous();
+    at::Tensor contiguous = tensor.contiguous();
     const uint64_t bytes = static_cast<uint64_t>(contiguous.numel()) * dtype->file_bytes;
     header[name] = {{"dtype", dtype->name}, {"shape", contiguous.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -110,7 +112,7 @@ FileDigest WriteSafetensors(const std::string& path, const std::map<std::string,
   };
   write(&header_len, 8);
   write(text.data(), text.size());
-  for (const torch::Tensor& t : ordered) write(t.data_ptr(), t.nbytes());
+  for (const at::Tensor& t : ordered) write(t.data_ptr(), t.nbytes());
   file.Commit();
   return digest;
 }
@@ -158,12 +160,12 @@ SafetensorsReader::~SafetensorsReader() {
   ::close(fd_);
 }
 
-torch::Tensor SafetensorsReader::Read(const std::string& name) const {
+at::Tensor SafetensorsReader::Read(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) throw UserError(path_ + ": no tensor named '" + name + "'");
   const SafetensorsEntry& e = it->second;
   const DtypeInfo* dtype = DtypeByName(e.dtype);  // validated on open
-  torch::Tensor out = torch::empty(e.shape, torch::TensorOptions().dtype(dtype->torch_type));
+  at::Tensor out = at::empty(e.shape, at::TensorOptions().dtype(dtype->torch_type));
   const unsigned char* src = map_ + data_offset_ + e.begin;
   const int64_t n = out.numel();
   if (e.dtype == "U16") {
@@ -186,17 +188,17 @@ torch::Tensor SafetensorsReader::Read(const std::string& name) const {
   return out;
 }
 
-torch::Tensor SafetensorsReader::ReadRange(const std::string& name, int64_t first, int64_t count) const {
+at::Tensor SafetensorsReader::ReadRange(const std::string& name, int64_t first, int64_t count) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) throw UserError(path_ + ": no tensor named '" + name + "'");
   const SafetensorsEntry& e = it->second;
   const DtypeInfo* dtype = DtypeByName(e.dtype);
-  if (e.shape.size() != 1 || dtype->torch_type != torch::kFloat32 || e.dtype != "F32")
+  if (e.shape.size() != 1 || dtype->torch_type != at::kFloat || e.dtype != "F32")
     throw UserError(path_ + ": tensor '" + name + "' is not a 1-D F32 tensor");
   if (first < 0 || count < 0 || first + count > e.shape[0])
     throw UserError(path_ + ": elements [" + std::to_string(first) + ", " + std::to_string(first + count) +
                     ") of '" + name + "' are out of its range [0, " + std::to_string(e.shape[0]) + ")");
-  torch::Tensor out = torch::empty({count}, torch::TensorOptions().dtype(torch::kFloat32));
+  at::Tensor out = at::empty({count}, at::TensorOptions().dtype(at::kFloat));
   if (count > 0) std::memcpy(out.data_ptr(), map_ + data_offset_ + e.begin + 4 * first, 4 * count);
   return out;
 }

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include "executor/checkpoint/crc32c.h"
 #include "executor/checkpoint/safetensors_header.h"
@@ -41,7 +41,7 @@ namespace llmplan::checkpoint {
 // Throws std::invalid_argument for a violated REQUIRES and UserError when the
 // file cannot be written (the target is then left as it was).
 // `what` names the file in a write error ("final weights", "exported weights").
-FileDigest WriteSafetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+FileDigest WriteSafetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
                             const std::map<std::string, std::string>& metadata = {},
                             const std::string& what = "checkpoint shard");
 
@@ -65,13 +65,13 @@ class SafetensorsReader {
 
   // A new contiguous CPU tensor holding `name` (U16/U32 widened, see above).
   // REQUIRES: nothing. Throws UserError when `name` is absent.
-  torch::Tensor Read(const std::string& name) const;
+  at::Tensor Read(const std::string& name) const;
   // Elements [first, first + count) of the 1-D F32 tensor `name`, as a new
   // CPU tensor: how a resharded load reads only the part of a saved shard
   // that falls in its own.
   // REQUIRES: nothing. Throws UserError when `name` is absent, not 1-D F32,
   // or the range is outside it.
-  torch::Tensor ReadRange(const std::string& name, int64_t first, int64_t count) const;
+  at::Tensor ReadRange(const std::string& name, int64_t first, int64_t count) const;
 
  private:
   std::string path_;
@@ -85,7 +85,7 @@ class SafetensorsReader {
 
 // Every tensor and the metadata of `path`, ordered by name.
 struct SafetensorsContents {
-  std::map<std::string, torch::Tensor> tensors;
+  std::map<std::string, at::Tensor> tensors;
   std::map<std::string, std::string> metadata;
 };
 // REQUIRES: nothing. Throws UserError as SafetensorsReader does.

@@ -13,7 +13,8 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
 
 #include "executor/checkpoint/crc32c.h"
 #include "executor/hardware/host_memory.h"
@@ -188,7 +189,7 @@ void CheckpointWriter::Write(const Snapshot& snap, const TrainingProgress& progr
     std::error_code ec;
     fs::create_directories(partial, ec);
     if (ec) throw UserError("cannot create " + partial + ": " + ec.message());
-    std::map<std::string, torch::Tensor> tensors;
+    std::map<std::string, at::Tensor> tensors;
     for (size_t u = 0; u < snap.units.size(); ++u)
       for (int k = 0; k < 3; ++k)
         if (snap.units[u][k].defined())

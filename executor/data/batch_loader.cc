@@ -2,6 +2,9 @@
 // the worker threads. The scheme is documented in batch_loader.h.
 #include "executor/data/batch_loader.h"
 
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <cstdint>
@@ -126,12 +129,12 @@ void MarkWindow(int64_t begin, int64_t length, const LossMaskFile* mask, const D
   }
 }
 
-torch::Tensor ReadSamples(const TokenFile& file, const SampleOrder& order, int64_t first_sample,
+at::Tensor ReadSamples(const TokenFile& file, const SampleOrder& order, int64_t first_sample,
                           int64_t micro_batch, int64_t vocab, bool pin_memory, const LossMaskFile* mask,
                           const DocumentIndex* documents) {
   const int64_t row = order.seq_len() + 1;
-  torch::Tensor tokens =
-      torch::empty({micro_batch, row}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(pin_memory));
+  at::Tensor tokens =
+      at::empty({micro_batch, row}, at::TensorOptions().dtype(at::kLong).pinned_memory(pin_memory));
   int64_t* out = tokens.data_ptr<int64_t>();
   for (int64_t j = 0; j < micro_batch; ++j) {
     const int64_t begin = order.FirstToken(first_sample + j);

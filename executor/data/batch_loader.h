@@ -50,7 +50,7 @@
 #include <thread>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include "data/document_index.h"
 #include "data/loss_mask.h"
@@ -97,7 +97,7 @@ class SampleOrder {
 // when CUDA is available. Throws UserError naming the file and the token and
 // byte offsets of the first id >= vocab.
 // `mask` and `documents` (each may be null): MarkWindow's.
-torch::Tensor ReadSamples(const TokenFile& file, const SampleOrder& order, int64_t first_sample,
+at::Tensor ReadSamples(const TokenFile& file, const SampleOrder& order, int64_t first_sample,
                           int64_t micro_batch, int64_t vocab, bool pin_memory, const LossMaskFile* mask = nullptr,
                           const DocumentIndex* documents = nullptr);
 
@@ -136,7 +136,7 @@ struct BatchLoaderOptions {
 struct TokenBatch {
   // [micro_batch, seq_len + 1] int64 on the CPU, pinned when CUDA is
   // available. inputs = tokens.slice(1, 0, -1), targets = tokens.slice(1, 1).
-  torch::Tensor tokens;
+  at::Tensor tokens;
   int64_t first_sample = 0;  // global sample index of this rank's row 0
   DataPosition next;         // position after this micro-batch (all ranks)
 };

@@ -13,7 +13,7 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include "executor/hardware/cuda_calls.h"
 #include "executor/hardware/cuda_machine.h"

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cmath>
 
+#include <ATen/Parallel.h>
+
 namespace llmplan::executor {
 
 namespace {

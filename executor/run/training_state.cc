@@ -6,6 +6,8 @@
 #include <memory>
 #include <thread>
 
+#include <ATen/ATen.h>
+
 #include "base/user_error.h"
 #include "executor/checkpoint/pretrained_weights.h"
 #include "executor/checkpoint/safetensors.h"

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include "base/user_error.h"
 

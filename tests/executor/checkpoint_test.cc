@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <ATen/ATen.h>
+
 #include "executor/checkpoint/checkpoint_store.h"
 #include "executor/checkpoint/crc32c.h"
 #include "executor/checkpoint/manifest.h"

@@ -13,6 +13,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include "base/user_error.h"
 
