@@ -15,6 +15,7 @@ A README.md table is chosen by its marker:
     <!-- results: accuracy rows=a01-a13 -->   the newest accuracy set that has all these rows
     <!-- results: accuracy set=NAME -->       the rows of one accuracy set
     <!-- results: fsdp2 -->                   the newest device call's races against FSDP2
+    <!-- results: fsdp2 machine=nvidia-h200 -->  the same, among lines whose machine names nvidia-h200
     <!-- results: fine_tune -->               the newest fine-tuning set (tools/device/fine_tune.sh)
 and ends at `<!-- /results -->`.
 """
@@ -238,9 +239,17 @@ def gib(x):
     return "" if x is None else f"{x:.2f} GiB"
 
 
-def readme_fsdp2(lines):
+def readme_fsdp2(lines, selector=""):
     """The races on the newest line's machine and date, one row per model
-    shape (model, seq, micro-batch, accumulation): the newest line of each."""
+    shape (model, seq, micro-batch, accumulation): the newest line of each.
+    selector "machine=NAME" keeps only lines whose machine names NAME."""
+    if selector:
+        key, _, name = selector.partition("=")
+        if key != "machine" or not name:
+            sys.exit(f"results_index: README.md fsdp2 marker takes machine=NAME, not '{selector}'")
+        lines = [l for l in lines if name in l["machine"]]
+        if not lines:
+            sys.exit(f"results_index: no fsdp2 line ran on a machine named '{name}'")
     newest = newest_first(lines)[0]
     rows_of, shapes = [], set()
     for l in newest_first(lines):
@@ -468,7 +477,7 @@ def render_readme(text):
         if kind == "accuracy":
             body = readme_accuracy(load("accuracy"), selector or "")
         elif kind == "fsdp2":
-            body = readme_fsdp2(load("fsdp2"))
+            body = readme_fsdp2(load("fsdp2"), selector or "")
         elif kind == "fine_tune":
             body = readme_fine_tune(load("fine_tune"))
         else:
