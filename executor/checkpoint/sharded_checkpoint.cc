@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/cuda.h>
 
 #include "executor/checkpoint/crc32c.h"
