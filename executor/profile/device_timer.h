@@ -29,11 +29,11 @@ double SecondsPerCall(const c10::Device& device, const std::function<void()>& ca
 // GEMMs: `bursts` batches of about `burst_seconds` each, every one after
 // `idle_seconds` with the device idle; seconds per call of the median batch.
 // Why: a GPU at its power limit lowers its clock, and GEMMs back to back for
-// a fifth of a second draw the most power there is. On one H100 the 1B plan's
-// GEMMs took 157 ms of its step (a kernel trace), about what PyTorch's
-// TunableOp read for the same shapes in 30 ms runs inside that step, while
-// SecondsPerCall's 0.2 s batches read the same shapes 15-25% slower. On the
-// CPU (no power story, synchronous ops) this is SecondsPerCall.
+// a fifth of a second draw the most power there is. On one H100 (2026-12-07)
+// the 1B plan's step spent 161.6 ms in GEMM kernels (a kernel trace); a
+// profile fitted on bursts priced them at 161.3 ms, while SecondsPerCall's
+// 0.2 s batches read the profile's shapes 10.5% slower. On the CPU (no power
+// story, synchronous ops) this is SecondsPerCall.
 // REQUIRES: bursts >= 1, burst_seconds > 0, idle_seconds >= 0.
 double BurstSecondsPerCall(const c10::Device& device, const std::function<void()>& call, double burst_seconds,
                            int bursts, double idle_seconds);
