@@ -45,7 +45,7 @@ inline constexpr double kGemmIdleSeconds = 0.02;
 struct GemmMeasurement {
   GemmShape shape;
   std::string dtype;  // "bf16" or "fp32"
-  double seconds = 0;  // per call, in bursts between idle (BurstSecondsPerCall): what the fit reads
+  double seconds = 0;  // per call, what the fit reads: on a GPU in bursts between idle (BurstSecondsPerCall)
   double sustained_seconds = 0;  // per call, back to back for SecondsPerCall's batches (0: not timed)
   double FlopsPerSecond() const { return shape.Flops() / seconds; }
 };

@@ -28,8 +28,9 @@ using ItemProgress = std::function<void(int done, int total)>;
 // CPU. REQUIRES: no GEMM has run on `device` in this process yet.
 double MeasureGemmWorkspaceBytes(const c10::Device& device);
 
-// Each shape's at::linear(x [tokens, in], W [out, in]): `seconds` in bursts,
-// and on a GPU also `sustained_seconds` back to back for `budget`'s batches.
+// Each shape's at::linear(x [tokens, in], W [out, in]). On a GPU `seconds` in
+// bursts (kGemmBurstSeconds...) and `sustained_seconds` back to back for
+// `budget`'s batches; on the CPU `seconds` for `budget`'s batches.
 std::vector<GemmMeasurement> MeasureGemms(const c10::Device& device, c10::ScalarType dtype,
                                           const std::vector<GemmShape>& shapes, const TimingBudget& budget,
                                           const ItemProgress& progress);
