@@ -27,6 +27,23 @@ void AddModel(const std::string& preset, int64_t tokens, bool head, std::vector<
   if (head) add("lm_head", m.hidden, m.vocab);
 }
 
+// SmolLM2-135M's GEMMs as the fused block runs them (q, k and v packed into
+// one GEMM of 960 columns, gate and up into one of 3,072: projections.h) at
+// its planned micro-batch, 16 x 2048 tokens: reference rows, not in the fit.
+// Every fitted shape is at least 512 wide; these are 576 wide (its k/v
+// output alone would be 192), so the table shows what the fit, read off wider
+// GEMMs, makes of a thin model's step.
+void AddThinModelReference(std::vector<GemmShape>& shapes) {
+  constexpr int64_t kTokens = 16 * 2048, kHidden = 576, kKv = 192, kFfn = 1536, kVocab = 49152;
+  const std::string model = "smollm2-135m ";
+  for (const GemmShape& s : std::vector<GemmShape>{{model + "qkv", kTokens, kHidden, kHidden + 2 * kKv, false},
+                                                   {model + "o", kTokens, kHidden, kHidden, false},
+                                                   {model + "gate/up", kTokens, kHidden, 2 * kFfn, false},
+                                                   {model + "down", kTokens, kFfn, kHidden, false},
+                                                   {model + "lm_head", kTokens, kHidden, kVocab, false}})
+    shapes.push_back(s);
+}
+
 void AddSquare(int64_t n, bool in_fit, std::vector<GemmShape>& shapes) {
   for (const GemmShape& s : shapes)
     if (s.tokens == n && s.in == n && s.out == n) return;  // a model's projection measures it already
@@ -53,6 +70,7 @@ std::vector<GemmShape> ProfileGemmShapes(bool cuda, bool quick) {
       for (const std::string& model : models) AddModel(model, t, /*head=*/!quick, shapes);
     AddSquare(4096, /*in_fit=*/false, shapes);
     AddSquare(8192, /*in_fit=*/false, shapes);
+    if (!quick) AddThinModelReference(shapes);
     return shapes;
   }
   const std::vector<int64_t> tokens = quick ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 1024};

@@ -4,7 +4,8 @@
 //
 // On CUDA (bf16): the q, k/v, o, gate/up and down projections and the LM head
 // of Llama-3.2-1B, Llama-3.2-3B, Llama-3-8B and Qwen2.5-7B at 1024, 4096 and
-// 16384 tokens per micro-batch, and Llama-3-8B's attention (32 heads, 8 KV
+// 16384 tokens per micro-batch (and, for the table only, SmolLM2-135M's at
+// 32768), and Llama-3-8B's attention (32 heads, 8 KV
 // heads, head_dim 128) at sequence lengths 1024..8192 with 16384 tokens each.
 // On the CPU (in bf16, plans' default compute dtype, also on the CPU): the CPU
 // test models' projections (tiny-llama, small-llama) and square GEMMs up to
@@ -42,7 +43,8 @@ struct AttentionShape {
 
 // The model projections (in_fit) and, on CUDA, the square references
 // 4096^3 and 8192^3 (not in the fit; 8192^3 is what datasheets quote) unless a
-// projection already has that shape.
+// projection already has that shape, and (full profile only) SmolLM2-135M's
+// fused-block GEMMs at 32,768 tokens, a thin model's rates for the table.
 std::vector<GemmShape> ProfileGemmShapes(bool cuda, bool quick);
 
 // The few GEMMs measured in fp32 on the CPU beside the bf16 fit, for the
