@@ -14,8 +14,8 @@
 #   tools/device/race_one_gpu.sh [profile] [1b] [3b] [135m]   (default: all four, in this order)
 #
 # Each part is packed into its own tarball under $OUT (NAME.tgz; the device
-# tool brings back only a handful of files, so nothing else is left there),
-# without the runs' weights: compare_fsdp2.sh's files, the kernel census of
+# tool brings back at most 8 files of 16 MiB, so nothing else is left there),
+# without the runs' weights and raw traces: compare_fsdp2.sh's files, the kernel census of
 # both sides (`llmplan kernels --top 45`: kernels45.txt) and `llmplan compare`
 # of the run against the shipped profile and, when measured, the new one
 # (compare_shipped.txt, compare_new.txt). Each NAME/compare/fsdp2.results.jsonl
@@ -96,7 +96,10 @@ for name in "${parts[@]}"; do
           >"$dir/kernels45.txt" 2>&1
     fi
   fi
-  tar czf "$out/$name.tgz" --exclude="*.safetensors" --exclude="checkpoints" -C "$work" "$name" && rm -rf "$dir" &&
+  # Without the weights and the raw traces (the census above is read from
+  # them here): a file over 16 MiB would not come back.
+  tar czf "$out/$name.tgz" --exclude="*.safetensors" --exclude="checkpoints" --exclude="trace.json" \
+    --exclude="*kernel_trace*.json" -C "$work" "$name" && rm -rf "$dir" &&
     echo "packed $out/$name.tgz at $(($(date +%s) - t0)) s"
 done
 echo "race_one_gpu: done in $(($(date +%s) - t0)) s"
