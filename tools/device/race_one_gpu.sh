@@ -21,15 +21,16 @@
 # (compare_shipped.txt, compare_new.txt). Each NAME/compare/fsdp2.results.jsonl
 # is the line for docs/results/fsdp2.jsonl. LLMPLAN_CALL_BUDGET_S (default
 # 585) is the call's time: a part that would start with less than its
-# expected time left (as measured on one H200: profile 70 s, 1b 110 s, 3b
-# 140 s, 135m 80 s, with tracing and compilation) is skipped and says so.
+# expected time left is skipped and says so (profile 70 s, 1b 110 s, 3b
+# 140 s, 135m 80 s: what each took on one H200 in earlier calls — the full
+# profile ~57 s, the traced and compiled races ~100, ~110 and ~55 s — with
+# some to spare).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-t0=$(date +%s)
+# NVLink multicast off, no calibration store (the shipped profiles'
+# predictions), nvcc on the PATH, t0.
+source "$root/tools/device/call_prelude.sh"
 budget="${LLMPLAN_CALL_BUDGET_S:-585}"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# Predictions here are the shipped profiles': no calibration store (feedback/calibration_store.h).
-export LLMPLAN_CALIBRATION_DIR=off
 out="${OUT:-$root/build-gpu/race_one_gpu_out}"
 mkdir -p "$out"
 
