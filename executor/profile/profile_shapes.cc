@@ -36,12 +36,11 @@ void AddModel(const std::string& preset, int64_t tokens, bool head, std::vector<
 void AddThinModelReference(std::vector<GemmShape>& shapes) {
   constexpr int64_t kTokens = 16 * 2048, kHidden = 576, kKv = 192, kFfn = 1536, kVocab = 49152;
   const std::string model = "smollm2-135m ";
-  for (const GemmShape& s : std::vector<GemmShape>{{model + "qkv", kTokens, kHidden, kHidden + 2 * kKv, false},
-                                                   {model + "o", kTokens, kHidden, kHidden, false},
-                                                   {model + "gate/up", kTokens, kHidden, 2 * kFfn, false},
-                                                   {model + "down", kTokens, kFfn, kHidden, false},
-                                                   {model + "lm_head", kTokens, kHidden, kVocab, false}})
-    shapes.push_back(s);
+  shapes.insert(shapes.end(), {{model + "qkv", kTokens, kHidden, kHidden + 2 * kKv, false},
+                               {model + "o", kTokens, kHidden, kHidden, false},
+                               {model + "gate/up", kTokens, kHidden, 2 * kFfn, false},
+                               {model + "down", kTokens, kFfn, kHidden, false},
+                               {model + "lm_head", kTokens, kHidden, kVocab, false}});
 }
 
 void AddSquare(int64_t n, bool in_fit, std::vector<GemmShape>& shapes) {
