@@ -1,11 +1,12 @@
 // `llmplan calibrate` on real CPU runs: three short `llmplan run`s of
 // tiny-llama with different micro-batches, calibrated on two with the third
-// held out. The written profile must plan, the fitted runs' step-time error
-// must end within 20% or no worse than before, and bad input is one line and
-// exit status 2.
+// held out; then on runs recorded on one H200. The written profile must plan,
+// the recorded runs' step-time error must end lower than the shipped
+// profile's, and bad input is one line and exit status 2.
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "planner/plan.h"
 #include "tests/cli_runner.h"
+#include "tests/planner/test_support.h"
 
 namespace llmplan {
 namespace {
@@ -75,13 +77,37 @@ TEST_F(CalibrateCliTest, FitsTwoRunsAndReportsTheHeldOutOne) {
   ASSERT_EQ(json.status, 0) << json.output;
   const nlohmann::json j = nlohmann::json::parse(json.output);
   const nlohmann::json& fitted = j.at("calibration").at("fitted_runs").at("step_time");
-  // On its own runs the calibrated profile is within 20% (12.6% measured on
-  // an idle 2-core machine; CPU step times of 3-step runs swing with load,
-  // so "after <= before" alone tipped either way when tests ran in parallel)
-  // or at least no worse than before.
-  const double before = fitted.at("mape_before").get<double>(), after = fitted.at("mape_after").get<double>();
-  EXPECT_LE(after, std::max(before, 0.20)) << fitted;
+  // No bound on the fit's error here: these are CPU step times of 3-step
+  // runs, which load moves (the fit ended 12.6% off on an idle 2-core machine
+  // and past 20% beside two compile jobs). How well calibrate fits is checked
+  // on recorded GPU runs below, whose times do not move.
+  EXPECT_TRUE(std::isfinite(fitted.at("mape_before").get<double>())) << fitted;
+  EXPECT_TRUE(std::isfinite(fitted.at("mape_after").get<double>())) << fitted;
   EXPECT_EQ(j.at("calibration").at("held_out_runs").at("runs").at(0).at("dir"), Path("mb2"));
+}
+
+// The command on runs recorded on one H200 (tests/data/runs, the fixture
+// calibration_test.cc fits through the library): the fit through the CLI must
+// make its own runs' step times and the held-out run's closer than the
+// shipped profile does.
+TEST_F(CalibrateCliTest, FitsRecordedH200RunsCloserThanTheShippedProfile) {
+  const std::string runs = testing::SourceDir() + "/tests/data/runs/";
+  const std::string out = Path("h200-calibrated.json");
+  const CommandResult json = RunLlmplan("calibrate --runs " + runs + "a01 " + runs + "a09 " + runs + "a12 --holdout " +
+                                        runs + "a02 --profile h200-sxm -o " + out + " --json");
+  ASSERT_EQ(json.status, 0) << json.output;
+  const nlohmann::json j = nlohmann::json::parse(json.output);
+  const nlohmann::json& fitted = j.at("calibration").at("fitted_runs").at("step_time");
+  EXPECT_LT(fitted.at("mape_after").get<double>(), fitted.at("mape_before").get<double>()) << fitted;
+  EXPECT_LT(fitted.at("mape_after").get<double>(), 0.02) << fitted;  // 7.8% -> 0.8% when written
+  const nlohmann::json& held_out = j.at("calibration").at("held_out_runs");
+  EXPECT_EQ(held_out.at("runs").at(0).at("dir"), runs + "a02");
+  EXPECT_LT(held_out.at("step_time").at("mape_after").get<double>(),
+            held_out.at("step_time").at("mape_before").get<double>())  // 5.2% -> 0.6%
+      << held_out;
+  const CommandResult plan =
+      RunLlmplan("estimate --model llama3.2-1b --gpus 1 --gpu " + out + " --seq 4096 --global-batch 4");
+  EXPECT_EQ(plan.status, 0) << plan.output;
 }
 
 TEST_F(CalibrateCliTest, BadInputIsOneLineAndExitTwo) {
