@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "tests/executor/gpu_test_support.h"
@@ -16,7 +17,7 @@ namespace llmplan::data {
 namespace {
 
 TEST(BatchLoaderGpuTest, PinnedBatchesCopyAsynchronously) {
-  ASSERT_TRUE(torch::cuda::is_available());
+  ASSERT_TRUE(at::hasCUDA());
   std::string pattern = (std::filesystem::temp_directory_path() / "llmplan_loader_gpu_XXXXXX").string();
   ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
   const std::string path = pattern + "/tokens.u16";
@@ -36,8 +37,8 @@ TEST(BatchLoaderGpuTest, PinnedBatchesCopyAsynchronously) {
     for (int i = 0; i < 8; ++i) {
       TokenBatch batch = loader.Next();
       EXPECT_TRUE(batch.tokens.is_pinned());
-      torch::Tensor on_gpu = batch.tokens.to(torch::kCUDA, /*non_blocking=*/true);
-      EXPECT_TRUE(torch::equal(on_gpu.cpu(), batch.tokens));
+      at::Tensor on_gpu = batch.tokens.to(at::kCUDA, /*non_blocking=*/true);
+      EXPECT_TRUE(at::equal(on_gpu.cpu(), batch.tokens));
     }
   }
   llmplan::gpu_test::RemoveTree(pattern);
