@@ -63,13 +63,13 @@ constexpr double kLaunchFloorMargin = 1.05;
 
 // CostModel::ComputeSeconds as a linear function of the coefficients, plus
 // the seconds the op spent beside a collective. Attention of another head
-// width counts as its FLOPs over the profile's measured fraction for that
-// width, which the fit keeps: it refits the reference rates.
+// width or sequence counts as its FLOPs over the profile's measured fraction
+// for that width and length, which the fit keeps: it refits the reference rates.
 Vector Features(const OpWork& w, double overlapped_s, const HardwareProfile& p) {
   const double d = std::max(1.0, w.gemm_min_dim);  // as HardwareProfile::GemmFlopsPerSecond
   const bool back = w.attention_backward;
   const double reference = back ? p.attention_backward_flops_per_s : p.attention_forward_flops_per_s;
-  const double attention = w.attention_flops * reference / p.AttentionFlopsPerSecond(back, w.attention_head_dim);
+  const double attention = w.attention_flops * reference / p.AttentionFlopsPerSecond(back, w.attention_head_dim, w.attention_seq);
   return {w.gemm_flops,
           back ? 0 : attention,
           back ? attention : 0,

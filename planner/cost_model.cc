@@ -11,7 +11,7 @@ ComputeTerms CostModel::ComputeTermSeconds(const OpWork& w) const {
   ComputeTerms t;
   if (w.gemm_flops > 0) t.gemm = w.gemm_flops / p.GemmFlopsPerSecond(w.gemm_min_dim, w.gemm_min_dim, w.gemm_min_dim);
   if (w.attention_flops > 0)
-    t.attention = w.attention_flops / p.AttentionFlopsPerSecond(w.attention_backward, w.attention_head_dim);
+    t.attention = w.attention_flops / p.AttentionFlopsPerSecond(w.attention_backward, w.attention_head_dim, w.attention_seq);
   if (w.elementwise_bytes > 0)
     t.memory_bound = w.elementwise_bytes / (p.memory_bandwidth_bytes_per_s * p.elementwise_efficiency);
   t.kernel_overhead = w.launches * p.kernel_overhead_s;

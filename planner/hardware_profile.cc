@@ -99,11 +99,16 @@ double HardwareProfile::AllocatorCapacityBytes() const {
   return memory_bytes * usable_fraction - cuda_context_bytes;
 }
 
-double HardwareProfile::AttentionFlopsPerSecond(bool backward, int head_dim) const {
-  const double reference = backward ? attention_backward_flops_per_s : attention_forward_flops_per_s;
+double HardwareProfile::AttentionFlopsPerSecond(bool backward, int head_dim, double seq) const {
+  double rate = backward ? attention_backward_flops_per_s : attention_forward_flops_per_s;
   for (const AttentionWidth& w : attention_widths)
-    if (w.head_dim == head_dim) return reference * (backward ? w.backward_fraction : w.forward_fraction);
-  return reference;
+    if (w.head_dim == head_dim) rate *= backward ? w.backward_fraction : w.forward_fraction;
+  const double half = backward ? attention_backward_half_rate_seq : attention_forward_half_rate_seq;
+  if (seq > 0 && half > 0 && attention_reference_seq > 0) {
+    const double reference = attention_reference_seq;
+    rate *= (seq / (seq + half)) / (reference / (reference + half));
+  }
+  return rate;
 }
 
 void HardwareProfile::Validate() const {
@@ -231,6 +236,11 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   p.attention_forward_flops_per_s = attn.NumberIn("forward_flops_per_s", 1, kMaxRate);
   p.attention_backward_flops_per_s = attn.NumberIn("backward_flops_per_s", 1, kMaxRate);
   p.attention_reference_head_dim = static_cast<int>(attn.Integer("reference_head_dim", 0, 4096, 0));
+  p.attention_reference_seq = static_cast<int>(attn.Integer("reference_seq", 0, 1 << 24, 0));
+  p.attention_forward_half_rate_seq = attn.NumberIn("forward_half_rate_seq", 0, 1e7, 0);
+  p.attention_backward_half_rate_seq = attn.NumberIn("backward_half_rate_seq", 0, 1e7, 0);
+  if (p.attention_reference_seq == 0 && (p.attention_forward_half_rate_seq > 0 || p.attention_backward_half_rate_seq > 0))
+    attn.Fail("reference_seq", "must be set (the sequence the rates were measured at) when a half_rate_seq is");
   if (attn.Has("by_head_dim")) {
     const nlohmann::json& widths = attn.Raw("by_head_dim");
     if (!widths.is_array()) attn.Fail("by_head_dim", "must be a list of {head_dim, forward_fraction, backward_fraction}");
@@ -319,6 +329,11 @@ nlohmann::json AttentionJson(const HardwareProfile& p) {
   nlohmann::json j = {{"forward_flops_per_s", p.attention_forward_flops_per_s},
                       {"backward_flops_per_s", p.attention_backward_flops_per_s}};
   if (p.attention_reference_head_dim > 0) j["reference_head_dim"] = p.attention_reference_head_dim;
+  if (p.attention_reference_seq > 0) {
+    j["reference_seq"] = p.attention_reference_seq;
+    j["forward_half_rate_seq"] = p.attention_forward_half_rate_seq;
+    j["backward_half_rate_seq"] = p.attention_backward_half_rate_seq;
+  }
   if (!p.attention_widths.empty()) {
     nlohmann::json widths = nlohmann::json::array();
     for (const HardwareProfile::AttentionWidth& w : p.attention_widths)

@@ -74,8 +74,22 @@ struct HardwareProfile {
     double forward_fraction = 1, backward_fraction = 1;
   };
   std::vector<AttentionWidth> attention_widths;
-  // Causal attention FLOPs per second for heads `head_dim` wide (0: the reference).
-  double AttentionFlopsPerSecond(bool backward, int head_dim) const;
+  // And sequences of other lengths. A causal FlashAttention kernel does fixed
+  // work per query tile — the half-masked diagonal tile, loading Q, the
+  // softmax epilogue, writing O (and dQ's fp32 accumulator backward) — which
+  // spreads over the s/tile key tiles it loops across, so the rate follows
+  // s / (s + half): on one H100 the 128-wide backward ran at 275 TFLOP/s at
+  // 1,024 tokens and 496 at 8,192, the 64-wide one at 205 and 387. The rates
+  // above are those at attention_reference_seq; the half-rate sequences, one
+  // per direction and shared by the widths, are where a direction runs at
+  // half its long-sequence rate (llmplan profile fits them: attention_rate_fit.h).
+  // 0: not measured (every sequence at the rates above).
+  int attention_reference_seq = 0;
+  double attention_forward_half_rate_seq = 0;
+  double attention_backward_half_rate_seq = 0;
+  // Causal attention FLOPs per second for heads `head_dim` wide (0: the
+  // reference) over sequences of `seq` tokens (0: the reference sequence).
+  double AttentionFlopsPerSecond(bool backward, int head_dim, double seq = 0) const;
   double memory_bandwidth_bytes_per_s = 0;  // achieved, read+write
   double elementwise_efficiency = 0.7;      // fraction of memory bandwidth elementwise kernels reach
   double kernel_launch_s = 4e-6;            // host cost of issuing one kernel (the host runs ahead unless work is tiny)

@@ -120,6 +120,7 @@ struct OpWork {
   double attention_flops = 0;    // causal-halved FLOPs
   bool attention_backward = false;
   int attention_head_dim = 0;    // the heads' width (HardwareProfile::AttentionFlopsPerSecond); 0: the reference
+  double attention_seq = 0;      // the keys each query's causal loop spans, as the rate sees them; 0: the reference
   double elementwise_bytes = 0;  // bytes read+written by memory-bound kernels
   int launches = 0;              // kernel launches (host overhead floor)
   // Collectives

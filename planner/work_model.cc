@@ -91,6 +91,10 @@ OpWork BlockForwardWork(const ActivationShape& a) {
   // causal tiles that lie inside them (Plan::document_attention_work).
   w.attention_flops = 2 * a.batch * a.seq * a.seq * q * a.attention_work;
   w.attention_head_dim = a.heads > 0 ? static_cast<int>(std::lround(q / a.heads)) : 0;
+  // The rate grows with the length each causal loop spans: the window, or
+  // inside documents the length whose causal triangles hold that share of the
+  // window's (n documents of seq/n tokens hold 1/n of it).
+  w.attention_seq = a.seq * a.attention_work;
   // Two RMSNorms, RoPE on q and k, two residual adds, SwiGLU. Composite:
   // each add reads two and writes one (3H). Fused: the o and down GEMMs add
   // the residual in their epilogue (read it: H), and v is copied out of the

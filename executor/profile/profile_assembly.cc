@@ -9,6 +9,7 @@
 
 #include "executor/doctor/gpu_islands.h"
 #include "executor/profile/gemm_fit.h"
+#include "planner/attention_rate_fit.h"
 #include "base/format.h"  // FormatBytes
 
 namespace llmplan::executor {
@@ -223,24 +224,15 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
                {"table", GemmTable(m.gemms)}};
   if (!m.cpu_fp32_gemms.empty()) j["gemm"]["cpu_fp32_table"] = GemmTable(m.cpu_fp32_gemms);
 
-  // --- attention: total FLOPs over total seconds across the sequence
-  // lengths, per head width; the first width measured is the reference, the
-  // others fractions of it ---
-  struct WidthTotals {
-    double fwd_flops = 0, fwd_s = 0, bwd_flops = 0, bwd_s = 0;
-  };
-  std::vector<std::pair<int, WidthTotals>> widths;  // in the order measured
+  // --- attention: each width's rate on a curve over the sequence lengths
+  // (planner/attention_rate_fit.h); the first width measured is the
+  // reference, the others fractions of it ---
+  std::vector<AttentionRateRow> rate_rows;
   nlohmann::json attention_rows = nlohmann::json::array();
   for (const AttentionMeasurement& a : m.attention) {
     const double backward_s = std::max(a.forward_backward_s - a.forward_s, 1e-12);
-    const int head_dim = static_cast<int>(a.shape.head_dim);
-    auto width = std::find_if(widths.begin(), widths.end(), [&](const auto& w) { return w.first == head_dim; });
-    if (width == widths.end()) width = widths.insert(widths.end(), {head_dim, WidthTotals{}});
-    WidthTotals& t = width->second;
-    t.fwd_flops += a.shape.ForwardFlops();
-    t.fwd_s += a.forward_s;
-    t.bwd_flops += a.shape.BackwardFlops();
-    t.bwd_s += backward_s;
+    rate_rows.push_back({static_cast<int>(a.shape.head_dim), static_cast<double>(a.shape.seq), a.shape.ForwardFlops(),
+                         a.forward_s, a.shape.BackwardFlops(), backward_s});
     attention_rows.push_back({{"batch", a.shape.batch},
                               {"heads", a.shape.heads},
                               {"kv_heads", a.shape.kv_heads},
@@ -253,18 +245,7 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
                               {"forward_flops_per_s", a.shape.ForwardFlops() / a.forward_s},
                               {"backward_flops_per_s", a.shape.BackwardFlops() / backward_s}});
   }
-  if (!widths.empty()) {
-    const WidthTotals& ref = widths.front().second;
-    p.attention_forward_flops_per_s = ref.fwd_flops / ref.fwd_s;
-    p.attention_backward_flops_per_s = ref.bwd_flops / ref.bwd_s;
-    p.attention_reference_head_dim = widths.size() > 1 ? widths.front().first : 0;
-    p.attention_widths.clear();
-    for (size_t i = 1; i < widths.size(); ++i) {
-      const WidthTotals& t = widths[i].second;
-      p.attention_widths.push_back({widths[i].first, t.fwd_flops / t.fwd_s / p.attention_forward_flops_per_s,
-                                    t.bwd_flops / t.bwd_s / p.attention_backward_flops_per_s});
-    }
-  }
+  if (!rate_rows.empty()) FitAttentionRates(rate_rows, p);
   const std::string backend = m.attention.empty() ? "" : m.attention.front().backend;
   j["attention"] = {{"call", cuda ? "at::scaled_dot_product_attention(is_causal, enable_gqa) forward; backward by "
                                     "torch::autograd::grad"
@@ -511,12 +492,18 @@ AssembledProfile AssembleProfile(const ProfileMeasurements& m, const HardwarePro
     << static_cast<long>(std::lround(p.gemm_half_efficiency_dim)) << " (rms error "
     << Percent(gemm.fit.rms_relative_error) << ")" << gemm.note << ". ";
   s << "Attention: " << m.attention.size() << " shapes, " << (backend.empty() ? "" : backend + " backend, ")
-    << "total FLOPs over total seconds: forward " << FormatRate(p.attention_forward_flops_per_s, "FLOP/s") << ", backward "
+    << (p.attention_reference_seq > 0 ? "on rate = r * seq / (seq + half) per direction: forward "
+                                      : "total FLOPs over total seconds: forward ")
+    << FormatRate(p.attention_forward_flops_per_s, "FLOP/s") << ", backward "
     << FormatRate(p.attention_backward_flops_per_s, "FLOP/s")
-    << (p.attention_reference_head_dim > 0 ? " at head_dim " + std::to_string(p.attention_reference_head_dim) : "");
+    << (p.attention_reference_head_dim > 0 ? " at head_dim " + std::to_string(p.attention_reference_head_dim) : "")
+    << (p.attention_reference_seq > 0 ? " and " + std::to_string(p.attention_reference_seq) + " tokens" : "");
   for (const HardwareProfile::AttentionWidth& w : p.attention_widths)
     s << "; head_dim " << w.head_dim << " at " << Percent(w.forward_fraction) << " / " << Percent(w.backward_fraction)
       << " of those";
+  if (p.attention_reference_seq > 0)
+    s << "; half those rates at " << std::lround(p.attention_forward_half_rate_seq) << " / "
+      << std::lround(p.attention_backward_half_rate_seq) << " tokens";
   s << ". ";
   s << "Memory: " << m.copy.what << " " << FormatRate(p.memory_bandwidth_bytes_per_s, "B/s") << " (read + write); "
     << m.add.what << " reaches " << Percent(p.elementwise_efficiency) << " of it. ";
