@@ -108,6 +108,10 @@ json.dump([dict(zip(("run", "tokens_per_s", "mfu", "peak_allocated_bytes", "peak
            for r in rows], open(os.path.join(out, "compare.json"), "w"), indent=1)
 EOF
 # One line of docs/results/fsdp2.jsonl: append it there, then tools/results_index.py.
+# The command names the variables that changed the runs (the allocator's
+# segments on both sides, the traced step).
+env_prefix="${PYTORCH_CUDA_ALLOC_CONF:+PYTORCH_CUDA_ALLOC_CONF=$PYTORCH_CUDA_ALLOC_CONF }"
+if [ "$trace_step" != 0 ]; then env_prefix="${env_prefix}LLMPLAN_COMPARE_KERNEL_TRACE=$trace_step "; fi
 python3 "$root/tools/device/results_lines.py" fsdp2 "$out" --plan "$plan" \
-  --command "tools/device/compare_fsdp2.sh ${plan#"$root"/} $steps${compile:+ $compile}" >"$out/fsdp2.results.jsonl" &&
+  --command "${env_prefix}tools/device/compare_fsdp2.sh ${plan#"$root"/} $steps${compile:+ $compile}" >"$out/fsdp2.results.jsonl" &&
   echo "results line: $out/fsdp2.results.jsonl"
