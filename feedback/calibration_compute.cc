@@ -69,7 +69,8 @@ Vector Features(const OpWork& w, double overlapped_s, const HardwareProfile& p) 
   const double d = std::max(1.0, w.gemm_min_dim);  // as HardwareProfile::GemmFlopsPerSecond
   const bool back = w.attention_backward;
   const double reference = back ? p.attention_backward_flops_per_s : p.attention_forward_flops_per_s;
-  const double attention = w.attention_flops * reference / p.AttentionFlopsPerSecond(back, w.attention_head_dim, w.attention_seq);
+  const double attention =
+      w.attention_flops * reference / p.AttentionFlopsPerSecond(back, w.attention_head_dim, w.attention_seq);
   return {w.gemm_flops,
           back ? 0 : attention,
           back ? attention : 0,

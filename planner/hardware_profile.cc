@@ -239,8 +239,9 @@ HardwareProfile HardwareProfileFromJson(const nlohmann::json& j, const std::stri
   p.attention_reference_seq = static_cast<int>(attn.Integer("reference_seq", 0, 1 << 24, 0));
   p.attention_forward_half_rate_seq = attn.NumberIn("forward_half_rate_seq", 0, 1e7, 0);
   p.attention_backward_half_rate_seq = attn.NumberIn("backward_half_rate_seq", 0, 1e7, 0);
-  if (p.attention_reference_seq == 0 && (p.attention_forward_half_rate_seq > 0 || p.attention_backward_half_rate_seq > 0))
-    attn.Fail("reference_seq", "must be set (the sequence the rates were measured at) when a half_rate_seq is");
+  const bool curve = p.attention_forward_half_rate_seq > 0 || p.attention_backward_half_rate_seq > 0;
+  if (curve && p.attention_reference_seq == 0)
+    attn.Fail("reference_seq", "must be set (the length the rates hold at) when a half_rate_seq is");
   if (attn.Has("by_head_dim")) {
     const nlohmann::json& widths = attn.Raw("by_head_dim");
     if (!widths.is_array()) attn.Fail("by_head_dim", "must be a list of {head_dim, forward_fraction, backward_fraction}");
